@@ -1,0 +1,131 @@
+"""`shockslurm bench ...`: speed and scale measurements, printed as JSON (never timed tests)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Benchmarks; each prints its results as JSON."""
+
+
+@bench_group.command("solver")
+@click.option("--jobs", type=click.IntRange(min=1), default=900, show_default=True,
+              help="Active jobs in the synthetic snapshot.")
+@click.option("--gpus", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON to this file.")
+def bench_solver_cmd(jobs: int, gpus: int, repeats: int, seed: int, json_out: Path | None) -> None:
+    """Time single Shockwave re-solves on a synthetic snapshot of JOBS active jobs."""
+    from ..policies.shockwave.bench import bench_solver
+
+    result = bench_solver(jobs=jobs, gpus=gpus, repeats=repeats, seed=seed)
+    text = json.dumps(result, indent=2)
+    click.echo(text)
+    if json_out is not None:
+        json_out.write_text(text + "\n")
+
+
+BENCH_SPEC = '{"batch_size":32,"epochs":5,"model":"ResNet-18"}'
+
+
+def _sbatch_held(gpus: int, partition: str) -> tuple[int | None, str]:
+    import subprocess
+
+    argv = ["sbatch", "--parsable", f"--partition={partition}", "--job-name=shockbench",
+            "--output=/dev/null", f"--gres=gpu:{gpus}", f"--comment=shock:spec={BENCH_SPEC}",
+            "--hold", "--wrap", "sleep 600"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if out.returncode != 0:
+        return None, out.stderr.strip()
+    return int(out.stdout.strip().split(";")[0]), ""
+
+
+def bench_round(jobs: int, policy: str, partition: str, workers: int = 8) -> dict[str, object]:
+    """Submit `jobs` held managed jobs, run ONE daemon round on them (real reads, dry-run
+    actions), cancel them. Only the submitted jobs are scheduled (`job_filter`), so other jobs on
+    the cluster neither distort the numbers nor receive an action."""
+    import subprocess
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..daemon import build_daemon, parse_config
+    from ..slurm.backend import make_backend
+    from ..slurm.dryrun import DryRunBackend
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda k: _sbatch_held(1 + k % 8, partition), range(jobs)))
+    submit_s = time.perf_counter() - t0
+    ids = {jid for jid, _ in results if jid is not None}
+    errors = [err for jid, err in results if jid is None]
+    try:
+        cfg = parse_config({"daemon": {"policy": policy, "partitions": [partition],
+                                       "grace_seconds": 0, "backend": "cli"},
+                            "policy": ({"min_resolve_interval_s": 0, "idle_unallocated": False}
+                                       if policy != "shockwave" and policy != "fifo" else {})})
+        backend = DryRunBackend(make_backend("cli"), echo=None)
+        daemon = build_daemon(cfg, backend, job_filter=lambda j: j.job_id in ids, emit=lambda _: None)
+        cluster = daemon.cluster
+        timings: dict[str, float] = {}
+        observe = cluster.observe
+
+        def timed_observe(now: float):
+            t = time.perf_counter()
+            snap = observe(now)
+            timings["observe_s"] = time.perf_counter() - t
+            return snap
+
+        cluster.observe = timed_observe  # type: ignore[method-assign]
+        t1 = time.perf_counter()
+        snapshot = daemon.loop.run_round()
+        wall = time.perf_counter() - t1
+        solve = daemon.loop.stats.solve_s
+        actions = backend.actions
+        return {
+            "jobs": jobs, "submitted": len(ids), "submit_errors": errors[:3],
+            "submit_wall_s": round(submit_s, 3), "active_in_snapshot": len(snapshot.jobs),
+            "gpus": snapshot.gpus, "policy": policy,
+            "reads": backend.calls["jobs"] + backend.calls["nodes"],
+            "action_calls": len(actions),
+            "actions": [_summary(a) for a in actions],
+            "round_wall_s": round(wall, 4), "solve_s": round(solve, 4),
+            "observe_s": round(timings.get("observe_s", 0.0), 4),
+            "round_wall_excluding_solve_s": round(wall - solve, 4),
+        }
+    finally:
+        for chunk in range(0, len(ids), 500):
+            part = sorted(ids)[chunk:chunk + 500]
+            subprocess.run(["scancel", *map(str, part)], capture_output=True, timeout=120,
+                           check=False)
+
+
+def _summary(argv: tuple[str, ...]) -> str:
+    """`scontrol release (16 jobs)`: the command without its (long) job list."""
+    words = [a for a in argv if not a[:1].isdigit() and not a.startswith("JobId=")]
+    jobs = sum(len(a.split(",")) for a in argv if a[:1].isdigit()) or \
+        sum(1 for a in argv if a.startswith("JobId="))
+    return f"{' '.join(words)} ({jobs} jobs)"
+
+
+@bench_group.command("round")
+@click.option("--jobs", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Held managed jobs to submit to the live cluster.")
+@click.option("--policy", default="shockwave", show_default=True)
+@click.option("--partition", default="gpu", show_default=True)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON to this file.")
+def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | None) -> None:
+    """One live daemon round over JOBS pending jobs (real reads, dry-run actions); the
+    submitted jobs are cancelled afterwards."""
+    result = bench_round(jobs, policy, partition)
+    text = json.dumps(result, indent=2)
+    click.echo(text)
+    if json_out is not None:
+        json_out.write_text(text + "\n")

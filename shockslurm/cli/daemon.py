@@ -1,0 +1,83 @@
+"""`shockslurm daemon`: run the Shockwave round loop beside slurmctld.
+
+    shockslurm daemon [--config /etc/shockslurm/shockslurm.toml] [--dry-run] [--once]
+
+The configuration file is `--config`, else `$SHOCKSLURM_CONFIG`, else
+/etc/shockslurm/shockslurm.toml; environment overrides apply (`ops/config.py`). An invalid
+value stops the daemon before it starts, naming the key. `--dry-run` reads the real cluster but
+only prints the scontrol/scancel argv lists it would run (no store, no metrics endpoint);
+`--once` runs a single round and exits (no metrics endpoint). SIGHUP re-reads the configuration,
+SIGTERM/SIGINT finish the current round and exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import ShockslurmError
+
+
+@click.command("daemon")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="TOML file with [daemon] and [policy] tables (default: "
+                                 "$SHOCKSLURM_CONFIG, else /etc/shockslurm/shockslurm.toml).")
+@click.option("--dry-run", is_flag=True,
+              help="Read Slurm for real, print the actions instead of running them; no store.")
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
+    """Schedule managed Slurm jobs with a policy, one round every round_seconds."""
+    from ..daemon import DaemonRunner, build_daemon
+    from ..ops import logsetup
+    from ..ops.config import config_path as resolve_path
+    from ..ops.config import load_config, mask
+    from ..ops.metrics import DaemonMetrics
+    from ..slurm.backend import make_backend
+    from ..slurm.dryrun import DryRunBackend
+    from ..store import open_store
+
+    path = resolve_path(config_path, os.environ)
+    stop_metrics = None
+    try:
+        cfg = load_config(path, os.environ)
+        # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
+        logsetup.configure(cfg.log_format, stream=sys.stdout)
+        log = logging.getLogger("shockslurm.daemon")
+        backend = make_backend(cfg.backend)
+        engine = None
+        if dry_run:
+            backend = DryRunBackend(backend, echo=click.echo)
+        else:
+            engine = open_store(cfg.db, create=True)
+        metrics = DaemonMetrics()
+        if cfg.metrics_port and not (dry_run or once):
+            try:
+                stop_metrics = metrics.serve(cfg.metrics_address, cfg.metrics_port)
+            except OSError as exc:
+                raise click.ClickException(
+                    f"{path}, field 'daemon.metrics_port': cannot serve metrics on "
+                    f"{cfg.metrics_address}:{cfg.metrics_port}: {exc.strerror or exc}") from None
+        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
+                              on_log_format=lambda fmt: logsetup.configure(fmt))
+        runner.install_signals()
+        log.info("shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "
+                 "backend=%s db=%s metrics=%s%s%s", path, cfg.policy, cfg.round_seconds,
+                 cfg.grace_seconds, ",".join(cfg.partitions), backend.name, mask(cfg.db),
+                 f"{cfg.metrics_address}:{cfg.metrics_port}" if stop_metrics else "off",
+                 f" job_name_prefix={cfg.job_name_prefix}" if cfg.job_name_prefix else "",
+                 " (dry run)" if dry_run else "",
+                 extra={"fields": {"event": "start", "policy": cfg.policy,
+                                   "round_seconds": cfg.round_seconds}})
+        rounds = runner.run(max_rounds=1 if once else None)
+        log.info("shockslurm daemon: stopped after %d rounds", rounds,
+                 extra={"fields": {"event": "stop", "rounds": rounds}})
+    except ShockslurmError as exc:
+        raise click.ClickException(mask(str(exc))) from None
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()

@@ -1,0 +1,224 @@
+"""`shockslurm`: the admin's and researcher's command line. Only this package wires layers together."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from .. import __version__
+from ..errors import ShockslurmError
+from ..model import JobSpec
+from ..policies import REGISTRY, policy_names
+from ..sim.jobs import ADAPTATION_MODES
+from ..sim.run import SimConfig, SimResult, simulate
+from ..store import open_store
+from ..workload.generator import GeneratorConfig, generate
+from ..workload.jsonl import read_jobs, write_jobs
+from ..workload.reference import load_reference_workload
+from .bench import bench_group
+from .config import config_group
+from .daemon import daemon_cmd
+from .db import DB_HELP, db_group, record_simulation
+from .progress import DelayedProgress
+from .report import report_cmd
+from .status import status_cmd
+
+DEFAULT_GPUS = 8
+TABLE_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("makespan_s", "makespan s", "{:,.0f}"),
+    ("avg_jct_s", "avg JCT s", "{:,.0f}"),
+    ("p99_jct_s", "p99 JCT s", "{:,.0f}"),
+    ("worst_rho", "worst rho", "{:.2f}"),
+    ("median_rho", "median rho", "{:.2f}"),
+    ("unfair_fraction", "rho>1.05", "{:.1%}"),
+    ("utilization", "util", "{:.2f}"),
+    ("sim_wall_s", "wall s", "{:.1f}"),
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="shockslurm")
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+              default="WARNING", show_default=True, help="Log verbosity (stderr).")
+def cli(log_level: str) -> None:
+    """Shockwave scheduling for dynamic-adaptation ML jobs: simulate it, run it beside Slurm."""
+    logging.basicConfig(level=log_level, format="shockslurm %(levelname)s %(name)s: %(message)s")
+
+
+def _is_jsonl(trace: Path) -> bool:
+    return trace.suffix in (".jsonl", ".json")
+
+
+def _load_workload(trace: Path | None, throughputs: Path | None, profiles: Path | None
+                   ) -> list[JobSpec]:
+    if trace is None:
+        if throughputs or profiles:
+            raise click.UsageError("--throughputs/--profiles need --trace")
+        return generate(GeneratorConfig())
+    if _is_jsonl(trace):
+        if throughputs or profiles:
+            raise click.UsageError("a JSONL workload carries its own throughputs; drop "
+                                   "--throughputs/--profiles")
+        return read_jobs(trace)
+    if throughputs is None:
+        raise click.UsageError("a reference (TSV) trace needs --throughputs FILE")
+    return load_reference_workload(trace, throughputs, profiles)
+
+
+def _policies(value: str) -> list[str]:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in names if p not in REGISTRY]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
+                                 f"{', '.join(policy_names())}", param_hint="--policy")
+    return names
+
+
+def format_table(results: list[SimResult]) -> str:
+    rows = [[fmt.format(r.as_dict()[key]) for key, _, fmt in TABLE_COLUMNS] for r in results]
+    heads = [title for _, title, _ in TABLE_COLUMNS]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+@cli.command("simulate")
+@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Workload: a reference TSV trace (needs --throughputs) or our JSONL format. "
+                   "Default: the built-in synthetic workload.")
+@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Reference throughput JSON (iterations/s per job type and gang size).")
+@click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Reference per-epoch profiles (JSON or .json.gz); without them the batch-size "
+                   "pattern follows our documented rules.")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help=f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
+@click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
+              help="Policy name, or several separated by commas to compare side by side.")
+@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=120.0,
+              show_default=True, help="Round length.")
+@click.option("--restart-overhead", type=click.FloatRange(min=0), default=20.0, show_default=True,
+              help="Seconds lost by a job that runs after not running in the previous round.")
+@click.option("--adaptation", type=click.Choice(("auto",) + ADAPTATION_MODES), default="auto",
+              show_default=True,
+              help="How simulated jobs change batch size: 'reference' follows the reference "
+                   "simulator's rules (comparable with its published numbers), 'profile' follows "
+                   "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
+                   "TSV traces and 'profile' otherwise.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the results, one object per policy, to this JSON file.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Show a progress bar on stderr for runs longer than a few seconds.")
+@click.option("--db", "db_url", default=None,
+              help=DB_HELP + " Record each policy's run there (created/upgraded if needed).")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
+                                 "rho per policy) to this directory; the paths are printed.")
+def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | None,
+                 gpus: int | None, policy: str, round_seconds: float, restart_overhead: float,
+                 adaptation: str, json_out: Path | None, progress: bool,
+                 db_url: str | None, plot_dir: Path | None) -> None:
+    """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
+    names = _policies(policy)
+    if db_url is not None:  # a store we cannot write must stop us before the simulation runs
+        try:
+            open_store(db_url, create=True).dispose()
+        except ShockslurmError as exc:
+            raise click.ClickException(str(exc)) from None
+    try:
+        jobs = _load_workload(trace, throughputs, profiles)
+        if gpus is None:
+            if trace is not None:
+                raise click.UsageError("--gpus is required with --trace")
+            gpus = DEFAULT_GPUS
+        if adaptation == "auto":
+            adaptation = "reference" if trace is not None and not _is_jsonl(trace) else "profile"
+        config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
+                           adaptation=adaptation)
+        results = []
+        for name in names:
+            bar = DelayedProgress(f"{name:>22}") if progress else None
+            try:
+                results.append(simulate(jobs, name, config, progress=bar))
+            finally:
+                if bar is not None:
+                    bar.close()
+    except (ShockslurmError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{len(jobs)} jobs, {gpus} GPUs, {round_seconds:g} s rounds, "
+               f"{restart_overhead:g} s restart overhead, adaptation={adaptation}")
+    click.echo(format_table(results))
+    if json_out is not None:
+        payload = [r.as_dict() for r in results]
+        json_out.write_text(json.dumps(payload if len(payload) > 1 else payload[0], indent=2) + "\n")
+        click.echo(f"wrote {json_out}", err=True)
+    if db_url is not None:
+        try:
+            run_ids = record_simulation(db_url, jobs, results)
+        except ShockslurmError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"recorded run(s) {', '.join(map(str, run_ids))} in the store", err=True)
+    if plot_dir is not None:
+        from ..ops.plots import write_run_plots
+        from ..ops.runs import from_sim
+
+        for path in write_run_plots([from_sim(r, jobs) for r in results], plot_dir):
+            click.echo(str(path))
+
+
+@cli.group("trace")
+def trace_group() -> None:
+    """Workload files: generate synthetic traces, convert reference traces."""
+
+
+@trace_group.command("generate")
+@click.option("--jobs", type=click.IntRange(min=1), default=GeneratorConfig.jobs, show_default=True)
+@click.option("--seed", type=int, default=GeneratorConfig.seed, show_default=True)
+@click.option("--jobs-per-hour", type=click.FloatRange(min=0, min_open=True),
+              default=GeneratorConfig.jobs_per_hour, show_default=True,
+              help="Mean arrival rate (Poisson).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Output file (our JSONL format).")
+def trace_generate(jobs: int, seed: int, jobs_per_hour: float, out: Path) -> None:
+    """Generate a synthetic workload from the built-in model catalogue."""
+    specs = generate(GeneratorConfig(jobs=jobs, seed=seed, jobs_per_hour=jobs_per_hour))
+    write_jobs(specs, out)
+    click.echo(f"wrote {len(specs)} jobs to {out}")
+
+
+@trace_group.command("convert")
+@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True)
+@click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Path) -> None:
+    """Convert a reference TSV trace (+ throughputs, profiles) to our JSONL format."""
+    try:
+        specs = load_reference_workload(trace, throughputs, profiles)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    write_jobs(specs, out)
+    click.echo(f"wrote {len(specs)} jobs to {out}")
+
+
+cli.add_command(bench_group)
+cli.add_command(config_group)
+cli.add_command(db_group)
+cli.add_command(daemon_cmd)
+cli.add_command(report_cmd)
+cli.add_command(status_cmd)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    cli(prog_name="shockslurm")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

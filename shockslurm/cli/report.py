@@ -1,0 +1,46 @@
+"""`shockslurm report`: PNG charts of runs in the store (GPU allocation timeline, rho per policy,
+utilisation per round), one file per chart, their paths printed one per line.
+
+The charts are `ops.plots`; the store is read through `ops.runs.from_store`, the same plain data
+`shockslurm simulate --plot` draws from a `SimResult`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from sqlalchemy.orm import Session
+
+from ..errors import ShockslurmError
+from ..store import open_store
+from .db import DB_HELP
+
+
+@click.command("report")
+@click.option("--db", "db_url", required=True, help=DB_HELP)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              required=True, help="Directory for the PNG files (created if needed).")
+@click.option("--run", "runs", type=int, multiple=True,
+              help="Run id to report (repeatable). Default: every simulated and live run.")
+def report_cmd(db_url: str, out_dir: Path, runs: tuple[int, ...]) -> None:
+    """Draw each run's GPU timeline and utilisation, and rho per policy, as PNG files."""
+    from ..ops.plots import write_run_plots
+    from ..ops.runs import from_store, run_ids
+
+    try:
+        engine = open_store(db_url)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        with Session(engine) as session:
+            ids = run_ids(session, runs)
+            if not ids:
+                raise click.ClickException("the store has no simulated or live run to report")
+            series = [from_store(session, i) for i in ids]
+    except LookupError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+    finally:
+        engine.dispose()
+    for path in write_run_plots(series, out_dir):
+        click.echo(str(path))

@@ -1,0 +1,218 @@
+"""`shocksub`: submit a training job to Slurm for the Shockwave meta-scheduler.
+
+    shocksub --gpus 2 --model ResNet-18 --epochs 30 -- python train.py --lr 0.1
+    shocksub --nodes 2 --gpus 8 --model ResNet-50 --epochs 10 --script train.py --dry-run
+
+Building the request (pure, what --dry-run prints) is kept apart from running sbatch, so what a
+user reviews is exactly what is sent. Bad input exits with code 2 naming the option.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import InputError, ShockslurmError
+from ..model import ADAPTATION_MODES
+from ..slurm.cli_backend import CliBackend
+from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, load_template, new_report_secret,
+                            render_script, sbatch_argv, submit)
+from ..workload.catalogue import CATALOGUE
+
+DEFAULT_SCRIPT_DIR = "~/.shockslurm/scripts"
+DEFAULT_CLUSTER = "slurm"      # must match the daemon's [daemon] cluster
+
+
+def _option_of(field: str | None) -> str:
+    """The CLI spelling of a JobRequest field, for error messages."""
+    if field in (None, "command"):
+        return "COMMAND"
+    return "--" + field.replace("_", "-")
+
+
+def _ladder(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        return tuple(int(p) for p in value.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers",
+                                 param_hint="'--batch-sizes'") from None
+
+
+def build_request(*, model: str, command: tuple[str, ...], script: str | None,
+                  samples_per_epoch: int | None, batch_sizes: tuple[int, ...] | None,
+                  batch_size: int | None, template: str | None, job_name: str | None,
+                  nodes: int, **fields: object) -> JobRequest:
+    """Fill catalogue defaults (dataset size, ladder) and build the validated request."""
+    info = CATALOGUE.get(model)
+    if samples_per_epoch is None:
+        if info is None:
+            raise InputError(f"model {model!r} is not in the catalogue "
+                             f"({', '.join(sorted(CATALOGUE))}); give --samples-per-epoch",
+                             field="samples_per_epoch")
+        samples_per_epoch = info.samples_per_epoch
+    if batch_sizes is None:
+        if info is None:
+            raise InputError(f"model {model!r} is not in the catalogue; give --batch-sizes",
+                             field="batch_sizes")
+        batch_sizes = info.ladder
+    if batch_size is None:
+        batch_size = batch_sizes[0] if batch_sizes else 0
+    return JobRequest(
+        job_name=job_name if job_name is not None else f"shock-{model}",
+        model=model, command=tuple(command), script=script,
+        samples_per_epoch=samples_per_epoch, batch_sizes=tuple(batch_sizes),
+        batch_size=batch_size, nodes=nodes,
+        template=template or ("multi_node" if nodes > 1 else "single_node"),
+        **fields)  # type: ignore[arg-type]
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"],
+                                 "allow_interspersed_args": False})
+@click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per node (1..64).")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes.")
+@click.option("--partition", help="Slurm partition (default: the cluster's).")
+@click.option("--time", help="Time limit in Slurm's format (e.g. 90, 4:00:00, 2-00:00:00).")
+@click.option("--account", help="Slurm account.")
+@click.option("--qos", help="Slurm QOS.")
+@click.option("--cpus-per-gpu", type=int, help="CPUs per GPU.")
+@click.option("--output", default="%x-%j.out", show_default=True,
+              help="Log file pattern (appended across requeues).")
+@click.option("--job-name", help="Job name (letters, digits, . _ -). Default: shock-MODEL.")
+@click.option("--model", default=None,
+              help=f"Model; catalogue models ({', '.join(sorted(CATALOGUE))}) default the "
+                   "dataset size and batch-size ladder.")
+@click.option("--epochs", type=int, default=None, help="Epochs to train (required).")
+@click.option("--samples-per-epoch", type=int, help="Dataset size (default: the catalogue's).")
+@click.option("--batch-sizes", help="Batch-size ladder, ascending, e.g. 32,64,128.")
+@click.option("--batch-size", type=int, help="Initial batch size (default: smallest of ladder).")
+@click.option("--mode", type=click.Choice(ADAPTATION_MODES), default="static", show_default=True,
+              help="How the job adapts its batch size.")
+@click.option("--template", type=click.Choice(TEMPLATES),
+              help="Job script template (default: multi_node when --nodes > 1).")
+@click.option("--grace-seconds", type=int, default=60, show_default=True,
+              help="USR1 is sent this long before the time limit, to checkpoint.")
+@click.option("--max-restarts", type=int, default=50, show_default=True,
+              help="The script gives up after this many requeues.")
+@click.option("--epoch-seconds", type=float,
+              help="Exclusive seconds per epoch on the whole gang, if known (scheduling hint; "
+                   "otherwise the catalogue's throughput model or a default is used).")
+@click.option("--db", "db_url", default=None,
+              help="Store URL (SQLite path or postgresql+psycopg://...): also register the job "
+                   "spec there after a successful submission.")
+@click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True,
+              help="Cluster name the spec is registered under (the daemon's [daemon] cluster).")
+@click.option("--script", "script", help="Python training script (trailing args are its args).")
+@click.option("--script-dir", default=DEFAULT_SCRIPT_DIR, show_default=True,
+              help="Where the rendered job scripts are kept.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the job script and the sbatch call; submit nothing.")
+@click.option("--status", "status_job", type=int, metavar="JOBID", default=None,
+              help="Submit nothing: print the status row of JOBID (as `shockslurm status`) and, "
+                   "with --db, its recent events and the daemon's recent intents.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run: bool,
+         batch_sizes: str | None, db_url: str | None, cluster: str, status_job: int | None,
+         **options: object) -> None:
+    """Submit a training job: shocksub [OPTIONS] -- COMMAND [ARGS]...  (or --script FILE)."""
+    if status_job is not None:
+        _print_status(status_job, db_url, cluster)
+        return
+    for name in ("model", "epochs"):  # required for a submission only (not for --status)
+        if options.get(name) is None:
+            raise click.MissingParameter(param_hint=f"'--{name}'", param_type="option")
+    # The job's report secret: in the job script only; the store gets the derived key.
+    secret = None if dry_run else new_report_secret()
+    try:
+        req = build_request(command=command, script=script, batch_sizes=_ladder(batch_sizes),
+                            **options)  # type: ignore[arg-type]
+        text = render_script(req, load_template(req.template), secret)
+    except InputError as exc:
+        raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None
+    directory = Path(os.path.expanduser(script_dir))
+    if not dry_run:
+        _check_cluster(req)
+    if dry_run:
+        placeholder = directory / f"{req.job_name}-XXXXXXXX.sbatch"
+        click.echo(text, nl=False)
+        click.echo("# sbatch call:")
+        click.echo(shlex.join(sbatch_argv(req, str(placeholder))))
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # mkstemp creates the file 0600: the secret in it stays the user's.
+        fd, path = tempfile.mkstemp(prefix=f"{req.job_name}-", suffix=".sbatch", dir=directory)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        job_id = submit(sbatch_argv(req, path), echo=lambda msg: click.echo(msg, err=True))
+        submitted_at = time.time()
+    except (OSError, ShockslurmError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(job_id)
+    if db_url is not None:
+        try:
+            register(db_url, cluster, job_id, submitted_at, req, report_secret=secret)
+        except ShockslurmError as exc:
+            # The job is in Slurm and carries its spec in the comment: warn, do not fail.
+            click.echo(f"shocksub: job {job_id} submitted but not registered in the store: {exc}",
+                       err=True)
+
+
+def _check_cluster(req) -> None:
+    """Refuse GPU counts no node can hold (one `sinfo --json`); without Slurm, sbatch decides."""
+    try:
+        nodes = CliBackend().nodes()
+    except ShockslurmError as exc:
+        click.echo(f"shocksub: cannot check the request against the cluster: {exc}", err=True)
+        return
+    try:
+        check_fits(req, nodes)
+    except InputError as exc:
+        raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None
+
+
+def _print_status(job_id: int, db_url: str | None, cluster: str) -> None:
+    from .status import describe_job
+
+    try:
+        click.echo(describe_job(job_id, db_url, cluster))
+    except LookupError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def register(db_url: str, cluster: str, job_id: int, submit_s: float, req: JobRequest, *,
+             report_secret: str | None = None) -> None:
+    """Record the submitted job's spec in the store (the daemon's fallback when a comment is
+    lost or edited) and the key its reports must be signed with (derived from the secret; the
+    secret itself is never stored)."""
+    from sqlalchemy.orm import Session
+
+    from ..train.records import derive_key
+
+    from ..store import open_store
+    from ..store import repository as repo
+
+    engine = open_store(db_url, create=True)
+    try:
+        with Session(engine) as session, session.begin():
+            repo.register_submitted_job(
+                session, cluster, job_id=job_id, submit_s=submit_s, model=req.model,
+                epochs=req.epochs, samples_per_epoch=req.samples_per_epoch,
+                batch_sizes=req.batch_sizes, gang_size=req.gpus * req.nodes,
+                owner=os.environ.get("USER") or None,
+                report_key=derive_key(report_secret) if report_secret else None)
+    finally:
+        engine.dispose()
+
+
+if __name__ == "__main__":
+    main(prog_name="shocksub")

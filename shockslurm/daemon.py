@@ -1,0 +1,375 @@
+"""The live daemon: the simulator's round loop on Slurm, with its configuration and its store.
+
+    RoundLoop(SlurmCluster(backend), make_policy(...), WallClock(), round_seconds)
+
+Like `cli/`, this module wires layers together (Slurm, the store, policies); the layers
+themselves stay unaware of one another: `slurm.live` only knows the `Journal` and
+`SpecRegistry` protocols, implemented here on the store, and the `ProgressSource` protocol,
+implemented on the training reports in the store by `reported_progress.ReportedProgress` (which
+also ingests the spool directory `[daemon] spool_dir` each round).
+
+Configuration lives in `ops/config.py` (one table of keys: validation, `shockslurm config check`,
+the README table and contrib/shockslurm.toml come from it); a bad value is a `ConfigError` naming
+the key. `DaemonRunner` is the long-running process: it handles SIGHUP (reload what can change at
+runtime), SIGTERM/SIGINT (finish the round, exit), and serves the Prometheus metrics.
+
+Crash safety and outages (`DaemonRunner.run`):
+- Every intent is in the store before its Slurm call, so killing the daemon at any point loses
+  nothing. At start (`Daemon.reconcile`, once Slurm answers) the intents a previous incarnation
+  left without an outcome get one, `unknown (daemon restarted)`, resolved from Slurm's current
+  state (return code 0 when Slurm shows it done, `RC_UNKNOWN` otherwise), and the jobs the
+  store knew that Slurm shows finished or no longer knows get a `finished`/`vanished` job event.
+  Stops begun and not completed are resumed by the cluster from the store (`pending_stops`):
+  requeuehold after the rest of the grace period, never a second USR1.
+- Slurm down or slow (a read raises `SlurmError`): no action on stale state; logged once per
+  outage and once at recovery (with its duration); retried with exponential backoff (1 s,
+  doubling, at most `OUTAGE_BACKOFF_MAX_S`).
+- Store down (`JournalUnavailable`: an intent, the round, or a read the round needs cannot be
+  written/read): no action at all (nothing is done that could not be recorded); logged once,
+  retried every round, logged again at recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from sqlalchemy import Engine
+
+from .engine import RoundLoop, WallClock
+from .errors import ConfigError
+from .journal import RC_UNKNOWN, StoreJournal
+from .model import RoundPlan, Snapshot
+from .ops.config import (BACKENDS, KEYS, SETTINGS_KEYS, DaemonConfig, load_config, mask,
+                         parse_config)
+from .ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
+from .policies import make_policy
+from .slurm import enact as en
+from .slurm.journaling import JournalUnavailable
+from .slurm.live import SlurmCluster
+from .slurm.types import SlurmBackend, SlurmError, SlurmJob
+
+log = logging.getLogger("shockslurm.daemon")
+round_log = logging.getLogger("shockslurm.daemon.round")
+
+__all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_config",
+           "StoreJournal", "RoundLogger", "Daemon", "build_daemon", "DaemonRunner",
+           "RC_UNKNOWN", "churn_limits"]
+
+OUTAGE_BACKOFF_START_S = 1.0
+OUTAGE_BACKOFF_MAX_S = 60.0
+
+
+class RoundLogger:
+    """One log line per round with the essentials; `fields` carries them structured (the JSON
+    log format emits them as keys): round, active, running, started, stopped, held,
+    failed_calls, gpus_used, gpus_total, solve_s, round_s, status."""
+
+    def __init__(self, cluster: SlurmCluster, emit: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.cluster = cluster
+        self.emit = emit
+        self.clock = clock
+        self.lines: list[str] = []
+
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
+        st = self.cluster.last_stats
+        status = plan.info.get("status")
+        fields = {"round": snapshot.round_index, "active": len(snapshot.jobs),
+                  "running": len(plan.run), "started": st.started, "stopped": st.stopped,
+                  "held": st.held, "failed_calls": st.failed_calls,
+                  "gpus_used": plan.gpus_used(snapshot), "gpus_total": snapshot.gpus,
+                  "solve_s": round(solve_s, 3),
+                  "round_s": round(max(0.0, self.clock() - snapshot.now), 3),
+                  "status": "ok" if status is None else str(status),
+                  "kept": len(st.kept), "dropped": len(st.dropped)}
+        line = (f"round {fields['round']}: active={fields['active']} "
+                f"running={fields['running']} started={fields['started']} "
+                f"stopped={fields['stopped']} held={fields['held']} "
+                f"gpus={fields['gpus_used']}/{fields['gpus_total']} "
+                f"failed_calls={fields['failed_calls']} kept={fields['kept']} "
+                f"dropped={fields['dropped']} solve_s={solve_s:.3f} "
+                f"round_s={fields['round_s']:.3f} status={fields['status']}")
+        self.lines.append(line)
+        if self.emit is not None:
+            self.emit(line)
+        else:
+            round_log.info(line, extra={"fields": {"event": "round", **fields}})
+
+
+@dataclass
+class Daemon:
+    loop: RoundLoop
+    cluster: SlurmCluster
+    journal: StoreJournal | None
+    logger: RoundLogger
+    progress: Any = None            # ReportedProgress when the daemon has a store
+    metrics: DaemonMetrics | None = None
+
+    def reconcile(self, now: float | None = None) -> dict[str, int]:
+        """Start-up reconciliation of the store with Slurm (see the module); raises
+        `SlurmError` when Slurm cannot be read, `JournalUnavailable` when the store cannot."""
+        if self.journal is None:
+            return {}
+        jobs = self.cluster._read("squeue", self.cluster.backend.jobs)
+        counts = self.journal.reconcile(jobs, time.time() if now is None else now)
+        if any(counts.values()):
+            log.info("reconciled the store with Slurm: %s", ", ".join(
+                f"{k}={v}" for k, v in counts.items()),
+                extra={"fields": {"event": "reconcile", **counts}})
+        return counts
+
+
+def prefix_filter(prefix: str, job_filter: Callable[[SlurmJob], bool] | None = None
+                  ) -> Callable[[SlurmJob], bool] | None:
+    """`[daemon] job_name_prefix` combined with an in-process `job_filter` (tests)."""
+    if not prefix:
+        return job_filter
+    if job_filter is None:
+        return lambda j: j.name.startswith(prefix)
+    return lambda j: j.name.startswith(prefix) and job_filter(j)
+
+
+def churn_limits(cfg: DaemonConfig) -> en.ChurnLimits:
+    return en.ChurnLimits.for_round(cfg.round_seconds, min_run_seconds=cfg.min_run_seconds,
+                                    max_preemptions_per_day=cfg.max_preemptions_per_day,
+                                    max_stops_without_checkpoint=cfg.max_stops_without_checkpoint)
+
+
+def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | None = None,
+                 job_filter: Callable[[SlurmJob], bool] | None = None,
+                 stop_when_idle: bool = False, clock: Any = None,
+                 emit: Callable[[str], None] | None = None,
+                 metrics: DaemonMetrics | None = None) -> Daemon:
+    """Wire the loop: cluster on `backend`, policy from `cfg`, the store when `engine` is given
+    (journal, spec registry, and progress from the training reports, spool ingested each round),
+    the metrics when `metrics` is given."""
+    journal = None
+    progress = None
+    if engine is not None:
+        from .reported_progress import ReportedProgress
+
+        progress = ReportedProgress(engine, cluster=cfg.cluster, spool_dir=cfg.spool_dir or None,
+                                    allow_unsigned_reports=cfg.allow_unsigned_reports)
+        journal = StoreJournal(engine, cluster=cfg.cluster, policy=cfg.policy,
+                               config={"round_seconds": cfg.round_seconds,
+                                       "grace_seconds": cfg.grace_seconds,
+                                       "partitions": list(cfg.partitions),
+                                       "backend": getattr(backend, "name", cfg.backend),
+                                       "spool_dir": cfg.spool_dir,
+                                       "job_name_prefix": cfg.job_name_prefix,
+                                       "min_run_seconds": cfg.min_run_seconds,
+                                       "max_preemptions_per_day": cfg.max_preemptions_per_day,
+                                       "max_stops_without_checkpoint":
+                                           cfg.max_stops_without_checkpoint,
+                                       "policy_options": dict(cfg.policy_options)})
+    elif cfg.spool_dir:
+        log.warning("spool_dir %s is not ingested: the daemon has no store", cfg.spool_dir)
+    slurm_journal: Any = journal
+    if metrics is not None:
+        slurm_journal = MetricsJournal(journal, metrics)
+    clock = clock or WallClock()
+    cluster = SlurmCluster(backend, partitions=cfg.partitions, grace_seconds=cfg.grace_seconds,
+                           stop_timeout_s=cfg.stop_timeout_seconds,
+                           job_filter=prefix_filter(cfg.job_name_prefix, job_filter),
+                           registry=journal, journal=slurm_journal, progress_source=progress,
+                           round_s=cfg.round_seconds, churn=churn_limits(cfg), ledger=journal,
+                           stop_when_idle=stop_when_idle)
+    policy = make_policy(cfg.policy, cfg.policy_settings())
+    logger = RoundLogger(cluster, emit, clock=clock.now)
+    observers: list[Any] = [logger] + ([journal] if journal is not None else [])
+    if metrics is not None:
+        observers.append(MetricsObserver(metrics, cluster, clock=clock.now))
+    loop = RoundLoop(cluster, policy, clock, cfg.round_seconds, observers=observers)
+    return Daemon(loop, cluster, journal, logger, progress, metrics)
+
+
+# --------------------------------------------------------------------------- the process
+RUNTIME_KEYS = frozenset(k.name for k in KEYS if k.reload and k.section == "daemon")
+
+
+class DaemonRunner:
+    """The long-running daemon: rounds on the wall clock, signals, config reload, metrics.
+
+    - SIGHUP: re-read the configuration (`reload`); what `KEYS` marks reloadable is applied
+      (round_seconds, grace_seconds, stop_timeout_seconds, policy and [policy], log_format);
+      other changed keys are reported as needing a restart and keep their old value. An invalid
+      new configuration is logged (naming the key) and the old one kept.
+    - SIGTERM/SIGINT: the current round finishes, then `run` returns.
+    """
+
+    def __init__(self, daemon: Daemon, cfg: DaemonConfig, *,
+                 load: Callable[[], DaemonConfig] | None = None,
+                 on_log_format: Callable[[str], None] | None = None) -> None:
+        self.daemon = daemon
+        self.cfg = cfg
+        self.load = load
+        self.on_log_format = on_log_format
+        self.stop_requested = False
+        self.reload_requested = False
+        self._wake = threading.Event()
+        self.reconciled = False
+        self.slurm_down_since: float | None = None    # monotonic, during a Slurm outage
+        self.store_down_since: float | None = None    # monotonic, while the store is down
+        self.failures = 0                             # consecutive failed attempts (Slurm)
+        self.outages = {"slurm": 0, "store": 0}
+        self.monotonic = time.monotonic
+        self.backoff_start_s = OUTAGE_BACKOFF_START_S
+        self.backoff_max_s = OUTAGE_BACKOFF_MAX_S
+
+    # signal handlers: set flags only (the round in progress is never interrupted)
+    def request_stop(self, signum: int | None = None, _frame: Any = None) -> None:
+        self.stop_requested = True
+        self._wake.set()
+
+    def request_reload(self, signum: int | None = None, _frame: Any = None) -> None:
+        self.reload_requested = True
+        self._wake.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self.request_reload)
+
+    def reload(self) -> bool:
+        """Apply a new configuration; False (and the old one kept) when it is invalid."""
+        self.reload_requested = False
+        metrics = self.daemon.metrics
+        if self.load is None:
+            return False
+        try:
+            new = self.load()
+        except ConfigError as exc:
+            log.error("configuration reload failed, keeping the running configuration: %s",
+                      mask(str(exc)), extra={"fields": {"event": "reload", "ok": False,
+                                                        "key": exc.field}})
+            if metrics is not None:
+                metrics.reloads.labels(result="error").inc()
+            return False
+        old = self.cfg
+        restart = [k.dotted for k in KEYS if k.section == "daemon" and not k.reload
+                   and getattr(new, k.name) != getattr(old, k.name)]
+        if restart:
+            log.warning("configuration reload: %s changed but need a restart; keeping the "
+                        "running values", ", ".join(restart))
+            new = replace(new, **{k.split(".", 1)[1]: getattr(old, k.split(".", 1)[1])
+                                  for k in restart})
+        changed = [k.dotted for k in KEYS if k.section == "daemon" and k.reload
+                   and getattr(new, k.name) != getattr(old, k.name)]
+        if dict(new.policy_options) != dict(old.policy_options):
+            changed.append("policy")
+        loop, cluster = self.daemon.loop, self.daemon.cluster
+        if (new.policy, dict(new.policy_options), new.round_seconds) != \
+                (old.policy, dict(old.policy_options), old.round_seconds):
+            loop.policy = make_policy(new.policy, new.policy_settings())
+            if self.daemon.journal is not None:
+                self.daemon.journal.policy = new.policy
+        loop.round_s = new.round_seconds
+        cluster.round_s = new.round_seconds
+        cluster.grace_seconds = new.grace_seconds
+        cluster.stop_timeout_s = new.stop_timeout_seconds
+        cluster.churn = churn_limits(new)
+        if new.log_format != old.log_format and self.on_log_format is not None:
+            self.on_log_format(new.log_format)
+        self.cfg = new
+        log.info("configuration reloaded: %s", ", ".join(
+            f"{k}={getattr(new, k.split('.', 1)[1]) if k != 'policy' else new.policy}"
+            for k in changed) or "nothing changed",
+            extra={"fields": {"event": "reload", "ok": True, "changed": changed}})
+        if metrics is not None:
+            metrics.reloads.labels(result="ok").inc()
+        return True
+
+    # ------------------------------------------------------------------ outages
+    def attempt(self) -> float | None:
+        """One round (reconciling first when not done yet). None when it ran, else the
+        seconds to wait before the next attempt (Slurm or the store is down: nothing done)."""
+        try:
+            if not self.reconciled and self.daemon.journal is not None:
+                self.daemon.reconcile()
+            self.reconciled = True
+            self.daemon.loop.run_round()
+        except SlurmError as exc:
+            return self._slurm_failed(exc)
+        except JournalUnavailable as exc:
+            return self._store_failed(exc)
+        self._recovered()
+        return None
+
+    def _slurm_failed(self, exc: Exception) -> float:
+        self.failures += 1
+        delay = min(self.backoff_max_s, self.backoff_start_s * 2 ** (self.failures - 1))
+        if self.slurm_down_since is None:
+            self.slurm_down_since = self.monotonic()
+            self.outages["slurm"] += 1
+            log.error("Slurm cannot be read or reached (%s); no actions until it answers, "
+                      "retrying with backoff (at most %g s)", mask(str(exc)).strip(),
+                      self.backoff_max_s, extra={"fields": {"event": "outage", "what": "slurm"}})
+        else:
+            log.debug("Slurm still unavailable (%s); next try in %g s", exc, delay)
+        return delay
+
+    def _store_failed(self, exc: Exception) -> float:
+        if self.store_down_since is None:
+            self.store_down_since = self.monotonic()
+            self.outages["store"] += 1
+            log.error("the store is unavailable (%s); the daemon takes no action it cannot "
+                      "record, retrying every round", mask(str(exc)).strip(),
+                      extra={"fields": {"event": "outage", "what": "store"}})
+        else:
+            log.debug("store still unavailable (%s)", exc)
+        self.failures = 0
+        if self.slurm_down_since is not None:
+            self._slurm_back()
+        return self.daemon.loop.round_s
+
+    def _slurm_back(self) -> None:
+        took = self.monotonic() - (self.monotonic() if self.slurm_down_since is None
+                                 else self.slurm_down_since)
+        self.slurm_down_since = None
+        log.warning("Slurm answers again after a %.1f s outage; rounds resume", took,
+                    extra={"fields": {"event": "recovered", "what": "slurm",
+                                      "outage_s": round(took, 3)}})
+
+    def _recovered(self) -> None:
+        self.failures = 0
+        if self.slurm_down_since is not None:
+            self._slurm_back()
+        if self.store_down_since is not None:
+            took = self.monotonic() - self.store_down_since
+            self.store_down_since = None
+            log.warning("the store is writable again after %.1f s; rounds resume", took,
+                        extra={"fields": {"event": "recovered", "what": "store",
+                                          "outage_s": round(took, 3)}})
+
+    def run(self, max_rounds: int | None = None) -> int:
+        """Rounds until stopped (or `max_rounds`, or the cluster is finished); returns the
+        number of rounds run (attempts that an outage cut short included)."""
+        loop, cluster = self.daemon.loop, self.daemon.cluster
+        rounds = 0
+        while not self.stop_requested and not cluster.finished():
+            if self.reload_requested:
+                self.reload()
+            start = loop.clock.now()
+            retry = self.attempt()
+            rounds += 1
+            if max_rounds is not None and rounds >= max_rounds:
+                break
+            while not self.stop_requested:
+                if self.reload_requested:
+                    self.reload()
+                # the round length may just have changed: measured from this round's start
+                end = cluster.next_round_start(start, loop.round_s) if retry is None \
+                    else start + retry
+                delay = end - loop.clock.now()
+                if delay <= 0:
+                    break
+                self._wake.clear()
+                if self.stop_requested or self.reload_requested:
+                    continue
+                self._wake.wait(delay)
+        return rounds

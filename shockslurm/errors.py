@@ -1,0 +1,33 @@
+"""Errors that carry the place of the bad input, so users can fix it without guessing."""
+
+from __future__ import annotations
+
+
+class ShockslurmError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InputError(ShockslurmError, ValueError):
+    """Bad user input: names the file, the line (1-based) and the field where it was found."""
+
+    def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.message = message
+        self.source = source
+        self.line = line
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = []
+        if self.source is not None:
+            where.append(str(self.source))
+        if self.line is not None:
+            where.append(f"line {self.line}")
+        if self.field is not None:
+            where.append(f"field '{self.field}'")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class ConfigError(InputError):
+    """A configuration value that cannot be used; `field` names the key."""

@@ -1,0 +1,267 @@
+"""The daemon's memory in the SQL store: `StoreJournal` implements the live cluster's `Journal`
+(rounds, plan entries, an intent before every Slurm call and its outcome after), its
+`SpecRegistry` (specs registered by `shocksub --db`) and `StopLedger` (stops under way and past
+preemptions, for crash safety and churn bounds), and reconciles the store with Slurm at start.
+
+Only `daemon.py` wires it; `slurm/` never imports the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from .model import RoundPlan, Snapshot
+from .slurm import enact as en
+from .slurm.journaling import JournalUnavailable, LiveJob
+from .slurm.types import CommandResult, JobState, SlurmJob
+
+log = logging.getLogger("shockslurm.daemon")
+
+RC_UNKNOWN = -2                 # an intent's outcome, unknown: the daemon died during the call
+UNKNOWN_OUTCOME = "unknown (daemon restarted)"
+
+
+def _store(what: str):
+    """Decorator: SQLAlchemy errors of a journal method become `JournalUnavailable`."""
+    def wrap(fn):
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except SQLAlchemyError as exc:
+                raise JournalUnavailable(f"the store cannot {what}: {type(exc).__name__}: "
+                                         f"{str(exc).splitlines()[0] if str(exc) else ''}"
+                                         ) from exc
+        inner.__name__ = fn.__name__
+        inner.__doc__ = fn.__doc__
+        return inner
+    return wrap
+
+
+# --------------------------------------------------------------------------- the store
+class StoreJournal:
+    """`slurm.journaling.Journal` + `SpecRegistry` + `RoundObserver` on the SQL store.
+
+    One transaction per write, committed before the Slurm call it describes, so a crash between
+    the two leaves an intent without an outcome (visible, never silently lost).
+    """
+
+    def __init__(self, engine: Engine, *, cluster: str, policy: str,
+                 config: Mapping[str, Any] | None = None) -> None:
+        from .store import repository as repo
+
+        self.repo = repo
+        self.engine = engine
+        self.cluster = cluster
+        with Session(engine) as s, s.begin():
+            self.run_id = repo.add_run(s, policy=policy, kind="live", cluster=cluster,
+                                       config=dict(config or {})).id
+        self.policy = policy
+        self._job_pk: dict[tuple[int, float], int] = {}
+        self._jobs: Mapping[int, LiveJob] = {}
+        self._round_id: int | None = None
+
+    def _pk(self, s: Session, job_id: int) -> int | None:
+        live = self._jobs.get(job_id)
+        if live is None:
+            return None
+        key = (job_id, live.slurm.submit_time)
+        if key not in self._job_pk:
+            spec = live.spec
+            run = s.get(self.repo.Run, self.run_id)
+            job = self.repo.add_job(s, run, job_id=job_id, submit_s=live.slurm.submit_time,
+                                    model=spec.model, epochs=spec.epochs,
+                                    samples_per_epoch=spec.samples_per_epoch,
+                                    batch_sizes=spec.batch_sizes, gang_size=live.slurm.gpus,
+                                    owner=live.slurm.user or None)
+            self._job_pk[key] = job.id
+        return self._job_pk[key]
+
+    # SpecRegistry
+    @_store("look up registered specs")
+    def lookup(self, jobs: Sequence[SlurmJob]) -> Mapping[int, Mapping[str, object]]:
+        with Session(self.engine) as s:
+            found = self.repo.registered_jobs(s, self.cluster,
+                                              {j.job_id: j.submit_time for j in jobs})
+            return {jid: {"model": j.model, "epochs": j.epochs,
+                          "samples_per_epoch": j.samples_per_epoch,
+                          "batch_sizes": list(j.batch_sizes)} for jid, j in found.items()}
+
+    # Journal
+    @_store("record the round")
+    def begin_round(self, snapshot: Snapshot, plan: RoundPlan,
+                    jobs: Mapping[int, LiveJob]) -> None:
+        self._jobs = jobs
+        with Session(self.engine) as s, s.begin():
+            run = s.get(self.repo.Run, self.run_id)
+            entries = {}
+            for job_id in sorted(plan.run):
+                pk = self._pk(s, job_id)
+                if pk is not None:
+                    entries[s.get(self.repo.Job, pk)] = jobs[job_id].slurm.gpus
+            status = plan.info.get("status")
+            objective = plan.info.get("objective")
+            rnd = self.repo.record_round(
+                s, run, index=snapshot.round_index, time_s=snapshot.now, policy=self.policy,
+                solve_s=0.0, plan=entries, status=None if status is None else str(status),
+                objective=float(objective) if isinstance(objective, (int, float)) else None)
+            s.flush()
+            self._round_id = rnd.id
+
+    @_store("record an intent")
+    def intent(self, step: en.Step) -> object:
+        with Session(self.engine) as s, s.begin():
+            rnd = s.get(self.repo.Round, self._round_id)
+            ids = []
+            for job_id in step.job_ids:
+                pk = self._pk(s, job_id)
+                if pk is None:   # never act on a job without its intent recorded first
+                    raise LookupError(f"job {job_id} is not known to this round's journal")
+                intent = self.repo.add_enactment_intent(s, rnd, s.get(self.repo.Job, pk),
+                                                        action=step.action, argv=step.argv)
+                ids.append(intent.id)
+            return ids
+
+    @_store("record an outcome")
+    def outcome(self, handle: object, result: CommandResult) -> None:
+        with Session(self.engine) as s, s.begin():
+            for intent_id in handle or ():  # type: ignore[union-attr]
+                intent = s.get(self.repo.EnactmentIntent, intent_id)
+                self.repo.finish_enactment_intent(s, intent, return_code=result.returncode,
+                                                  stderr=result.stderr)
+
+    # RoundObserver
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
+        if self._round_id is not None:
+            try:
+                with Session(self.engine) as s, s.begin():
+                    self.repo.set_round_solve_s(s, self._round_id, solve_s)
+            except SQLAlchemyError as exc:   # bookkeeping only
+                log.warning("could not record the solve time (%s)", type(exc).__name__)
+
+    # StopLedger
+    def _live_rows(self, s: Session, jobs: Mapping[int, float]) -> Any:
+        """Intents of the live runs of this cluster on the Slurm jobs {job id: submit time}."""
+        r = self.repo
+        return s.execute(
+            select(r.Job.job_id, r.Job.submit_s, r.EnactmentIntent)
+            .join(r.Run, r.Job.run_id == r.Run.id)
+            .join(r.EnactmentIntent, r.EnactmentIntent.job_pk == r.Job.id)
+            .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
+                   r.Job.job_id.in_(list(jobs)))
+            .order_by(r.EnactmentIntent.created_at, r.EnactmentIntent.id))
+
+    @_store("read the stops under way")
+    def pending_stops(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:
+        wanted = {j.job_id: j.submit_time for j in jobs}
+        if not wanted:
+            return {}
+        since: dict[int, float | None] = {}
+        with Session(self.engine) as s:
+            for job_id, submit_s, intent in self._live_rows(s, wanted):
+                if submit_s != wanted.get(job_id):
+                    continue
+                t = _ts(intent.created_at)
+                if intent.action == "signal":
+                    rc = intent.return_code
+                    failed = rc not in (None, 0, RC_UNKNOWN) and (
+                        job_id in en.unsignalled(intent.stderr or "")
+                        or not en.unsignalled(intent.stderr or ""))
+                    if not failed:
+                        since[job_id] = t
+                elif intent.action == "requeuehold" and intent.return_code == 0:
+                    since[job_id] = None
+        return {j: t for j, t in since.items() if t is not None}
+
+    @_store("record a job event")
+    def job_event(self, job: SlurmJob, kind: str, detail: Mapping[str, object],
+                  now: float) -> None:
+        """On the job's registration when it has one, else on this run's row for it."""
+        with Session(self.engine) as s, s.begin():
+            row = self.repo.registered_jobs(s, self.cluster, {job.job_id: job.submit_time}
+                                            ).get(job.job_id)
+            if row is None:
+                pk = self._pk(s, job.job_id)
+                row = s.get(self.repo.Job, pk) if pk is not None else None
+            if row is None:
+                return
+            seen = s.scalar(select(self.repo.JobEvent.id).where(
+                self.repo.JobEvent.job_pk == row.id, self.repo.JobEvent.kind == kind).limit(1))
+            if seen is None:
+                self.repo.add_job_event(s, row, time_s=now, kind=kind,
+                                        detail=json.dumps(dict(detail)))
+
+    # start-up reconciliation
+    @_store("reconcile")
+    def reconcile(self, slurm_jobs: Sequence[SlurmJob], now: float) -> dict[str, int]:
+        """Give the intents earlier incarnations left open an outcome from Slurm's state, and
+        the jobs they knew that Slurm shows finished (or no longer knows) a job event."""
+        r = self.repo
+        by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
+        counts = {"resolved_done": 0, "resolved_unknown": 0, "finished": 0, "vanished": 0}
+        with Session(self.engine) as s, s.begin():
+            open_rows = s.execute(
+                select(r.Job, r.EnactmentIntent)
+                .join(r.Run, r.Job.run_id == r.Run.id)
+                .join(r.EnactmentIntent, r.EnactmentIntent.job_pk == r.Job.id)
+                .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
+                       r.Run.id != self.run_id, r.EnactmentIntent.return_code.is_(None)))
+            for job, intent in open_rows:
+                sj = by_key.get((job.job_id, job.submit_s))
+                done, state = _intent_done(intent.action, sj, _ts(intent.created_at))
+                rc = 0 if done else RC_UNKNOWN
+                r.finish_enactment_intent(
+                    s, intent, return_code=rc,
+                    stderr=f"{UNKNOWN_OUTCOME}: {'done' if done else 'not known to be done'}"
+                           f"; Slurm now shows the job {state}")
+                counts["resolved_done" if done else "resolved_unknown"] += 1
+            ended = select(r.JobEvent.job_pk).where(r.JobEvent.kind.in_(("finished",
+                                                                        "vanished")))
+            rows = s.scalars(select(r.Job).join(r.Run, r.Job.run_id == r.Run.id)
+                             .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
+                                    r.Run.id != self.run_id, r.Job.id.not_in(ended))
+                             .order_by(r.Job.id))
+            for job in rows:
+                sj = by_key.get((job.job_id, job.submit_s))
+                if sj is not None and not sj.state.finished:
+                    continue
+                kind = "vanished" if sj is None else "finished"
+                detail = {"state": None if sj is None else sj.state.value,
+                          "seen_by": UNKNOWN_OUTCOME}
+                r.add_job_event(s, job, time_s=now, kind=kind, detail=json.dumps(detail))
+                counts[kind] += 1
+        return counts
+
+
+def _ts(created: Any) -> float:
+    from datetime import timezone
+
+    if created.tzinfo is None:          # SQLite hands back naive UTC
+        created = created.replace(tzinfo=timezone.utc)
+    return created.timestamp()
+
+
+def _intent_done(action: str, job: SlurmJob | None, at: float) -> tuple[bool, str]:
+    """Whether Slurm's current state shows that an intent of `action` made at `at` was done,
+    and that state in words."""
+    if job is None:
+        return False, "gone (no longer in squeue)"
+    state = job.state.value + (" held" if job.held else "") + \
+        f" restart_count={job.restart_count}"
+    restarted_after = job.start_time is None or job.start_time > at + 1.0
+    if action == "requeuehold":
+        return (job.state is JobState.PENDING and (job.held or job.restart_count > 0)), state
+    if action == "hold":
+        return job.held, state
+    if action == "release":
+        return (job.state is JobState.RUNNING or
+                (job.state is JobState.PENDING and not job.held)), state
+    if action == "signal":     # a signal leaves no trace; the stop resumes from the store
+        return (job.state is JobState.PENDING and job.restart_count > 0
+                and restarted_after), state
+    return False, state

@@ -1,0 +1,161 @@
+"""Plain typed records shared by every layer: what a job is, what a policy sees, what it returns.
+
+Nothing here imports anything else from the package, so policies, the simulator, the store and
+the Slurm backend can all depend on it without depending on each other.
+
+Units: seconds for time, epochs for progress, samples for data. A job's *rate* is epochs per
+second of exclusive run on its whole gang at its current batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+ADAPTATION_MODES = ("static", "gns", "accordion")
+MAX_EPOCHS = 1_000_000   # a job spec is a per-epoch list: bound it before building one
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What is known about a job when it is submitted.
+
+    `batch_sizes` and `epoch_durations` are the per-epoch profile: the batch size of each epoch
+    and its exclusive duration on `gang_size` GPUs. The fairness metric's exclusive run time is
+    their sum. `throughput` maps every batch size the job may use to iterations per second on its
+    gang; the forecaster and the simulator read durations of batch sizes not in the profile from it.
+    """
+
+    job_id: int
+    job_type: str
+    model: str
+    dataset: str
+    samples_per_epoch: int
+    gang_size: int
+    arrival_s: float
+    mode: str
+    batch_sizes: tuple[int, ...]
+    epoch_durations: tuple[float, ...]
+    throughput: Mapping[int, float]
+    priority_weight: float = 1.0
+    total_iterations: int | None = None  # at the initial batch size; default whole epochs
+
+    @property
+    def iterations(self) -> int:
+        """Iterations at the initial batch size (the reference trace's `total_steps`)."""
+        if self.total_iterations is not None:
+            return self.total_iterations
+        return self.num_epochs * self.iterations_per_epoch(self.initial_batch_size)
+
+    def iterations_per_epoch(self, batch_size: int) -> int:
+        return -(-self.samples_per_epoch // batch_size)
+
+    @property
+    def num_epochs(self) -> int:
+        return len(self.batch_sizes)
+
+    @property
+    def initial_batch_size(self) -> int:
+        return self.batch_sizes[0]
+
+    @property
+    def exclusive_runtime_s(self) -> float:
+        return float(sum(self.epoch_durations))
+
+    @property
+    def batch_size_ladder(self) -> tuple[int, ...]:
+        """Every batch size the job may train with, ascending (the forecaster's support)."""
+        return tuple(sorted(self.throughput))
+
+    def epoch_duration_at(self, batch_size: int) -> float:
+        """Exclusive seconds for one epoch at `batch_size` on the job's gang."""
+        return self.samples_per_epoch / batch_size / self.throughput[batch_size]
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a policy sees of one active job at the start of a round (a pure value).
+
+    Progress is given both in iterations at the current batch size (the unit of Gavel-style
+    policies, whose throughputs are iterations/s) and in epochs (the unit of Shockwave).
+    """
+
+    job_id: int
+    gang_size: int
+    arrival_s: float
+    num_epochs: int
+    epochs_done: float
+    batch_size: int
+    iterations_per_s: float             # whole gang, at the current batch size, isolated
+    remaining_iterations: float         # at the current batch size
+    iterations_per_epoch: int           # at the current batch size
+    observed_batch_sizes: tuple[int, ...]  # batch size of every completed epoch, in order
+    profile_batch_sizes: tuple[int, ...]   # declared/profiled batch size of every epoch
+    profile_epoch_durations: tuple[float, ...]  # profiled exclusive seconds of every epoch
+    exclusive_runtime_s: float          # whole-job exclusive run time from the profile
+    run_time_s: float                   # seconds of useful GPU-holding time so far (per gang)
+    ran_last_round: bool
+    priority_weight: float = 1.0
+
+    @property
+    def rate(self) -> float:
+        """Epochs per second at the current batch size."""
+        return self.iterations_per_s / self.iterations_per_epoch
+
+    @property
+    def remaining_epochs(self) -> float:
+        return max(0.0, self.num_epochs - self.epochs_done)
+
+    @property
+    def remaining_time_at_current_rate(self) -> float:
+        if self.iterations_per_s <= 0:
+            return float("inf")
+        return self.remaining_iterations / self.iterations_per_s
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as a policy sees it at a round boundary."""
+
+    now: float
+    round_index: int
+    round_s: float
+    gpus: int
+    jobs: tuple[JobView, ...]
+    restart_overhead_s: float = 0.0
+
+    def job(self, job_id: int) -> JobView:
+        for j in self.jobs:
+            if j.job_id == job_id:
+                return j
+        raise KeyError(job_id)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A policy's answer: the jobs that hold their whole gang for the coming round.
+
+    `info` carries policy diagnostics (solve time, status, objective) for logs and the store.
+    """
+
+    run: frozenset[int]
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def gpus_used(self, snapshot: Snapshot) -> int:
+        sizes = {j.job_id: j.gang_size for j in snapshot.jobs}
+        return sum(sizes[j] for j in self.run)
+
+
+def check_plan(plan: RoundPlan, snapshot: Snapshot) -> None:
+    """Raise if a plan names unknown jobs or needs more GPUs than the cluster has."""
+    known = {j.job_id for j in snapshot.jobs}
+    unknown = set(plan.run) - known
+    if unknown:
+        raise ValueError(f"plan names jobs that are not active: {sorted(unknown)}")
+    used = plan.gpus_used(snapshot)
+    if used > snapshot.gpus:
+        raise ValueError(f"plan uses {used} GPUs but the cluster has {snapshot.gpus}")
+
+
+def total_gpus(views: Sequence[JobView]) -> int:
+    return sum(v.gang_size for v in views)

@@ -1,0 +1,213 @@
+"""Prometheus metrics of the daemon (`prometheus_client`, one `CollectorRegistry` per daemon).
+
+Every name starts with `shockslurm_`:
+
+| metric | type | meaning |
+|---|---|---|
+| `shockslurm_rounds_total` | counter | rounds run (one row each in the store's `rounds`) |
+| `shockslurm_round_duration_seconds` | histogram | wall time of a round: observe + solve + enact (grace and stop waits included) |
+| `shockslurm_solve_duration_seconds` | histogram | the policy's `allocate` time |
+| `shockslurm_managed_jobs{state}` | gauge | active managed jobs this daemon schedules, by Slurm state (PENDING, RUNNING, SUSPENDED, COMPLETING) |
+| `shockslurm_gpus_allocated` | gauge | GPUs the latest round's plan gives to jobs |
+| `shockslurm_gpus_total` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
+| `shockslurm_enactment_failures_total{action,reason}` | counter | failed Slurm calls, one per job the command named (as many as the store's intents with a non-zero return code); `action` is the verb (signal, requeuehold, hold, update, release), `reason` a coarse class of its stderr (invalid_job, job_state, permission, timeout, backend_error, other) |
+| `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
+| `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
+| `shockslurm_config_reloads_total{result}` | counter | SIGHUP reloads, `ok` or `error` |
+
+Forecast error, defined: the first round a job is seen RUNNING, the daemon records its forecast
+remaining run time F = remaining iterations / iterations per second (the policy's view of the
+job: reported progress and throughput when the job reports, else the spec's), and the run time
+R0 it had then. When the job is later seen to end (COMPLETING, or gone from squeue) having been
+RUNNING at the previous observation, its actual remaining run time is A = R_last - R0 + d/2,
+where R_last is its run time at that previous observation and d the time between the two
+observations (the end lies somewhere in between: A is known to +-d/2, i.e. half a round).
+The histogram records |F - A|. Jobs that end while not running (cancelled while pending or held)
+are not counted; a job cancelled while running is (the daemon cannot tell it from a completion
+without another squeue read).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+ERROR_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200)
+
+
+def stderr_class(returncode: int, stderr: str) -> str:
+    """A coarse, low-cardinality class of a failed Slurm call's stderr."""
+    s = stderr.lower()
+    if returncode == -1 or s.startswith(("oserror", "filenotfounderror", "timeoutexpired")):
+        return "timeout" if "timeout" in s else "backend_error"
+    if "invalid job id" in s or "invalid jobid" in s or "does not exist" in s:
+        return "invalid_job"
+    if "access" in s and "denied" in s or "permission" in s or "not authorized" in s \
+            or "unauthorized" in s:
+        return "permission"
+    if "timed out" in s or "timeout" in s or "unable to contact" in s:
+        return "timeout"
+    if ("already" in s or "no longer" in s or "not pending" in s or "state" in s
+            or "completing" in s or "finished" in s):
+        return "job_state"
+    return "other"
+
+
+@dataclass
+class _Forecast:
+    forecast_s: float
+    run_time_0: float
+    last_run_time: float
+    last_running: bool
+    last_seen: float
+
+
+class DaemonMetrics:
+    """The daemon's metrics on their own registry (several daemons, or tests, side by side)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.rounds = Counter("shockslurm_rounds", "Rounds run.", registry=r)
+        self.round_duration = Histogram("shockslurm_round_duration_seconds",
+                                        "Wall time of a round (observe, solve, enact).",
+                                        buckets=DURATION_BUCKETS, registry=r)
+        self.solve_duration = Histogram("shockslurm_solve_duration_seconds",
+                                        "Policy solve time per round.",
+                                        buckets=DURATION_BUCKETS, registry=r)
+        self.jobs = Gauge("shockslurm_managed_jobs", "Active managed jobs by Slurm state.",
+                          ["state"], registry=r)
+        for state in ACTIVE_STATES:
+            self.jobs.labels(state=state).set(0)
+        self.gpus_allocated = Gauge("shockslurm_gpus_allocated",
+                                    "GPUs the latest round's plan allocates.", registry=r)
+        self.gpus_total = Gauge("shockslurm_gpus_total",
+                                "GPUs the policy could allocate in the latest round.", registry=r)
+        self.enactment_failures = Counter(
+            "shockslurm_enactment_failures",
+            "Failed Slurm calls, one per job named, by verb and stderr class.",
+            ["action", "reason"], registry=r)
+        self.forecast_error = Histogram(
+            "shockslurm_forecast_abs_error_seconds",
+            "|forecast - actual| remaining run time of completed jobs (README: Metrics).",
+            buckets=ERROR_BUCKETS, registry=r)
+        self.last_round = Gauge("shockslurm_last_round_timestamp_seconds",
+                                "Unix time of the latest round.", registry=r)
+        self.reloads = Counter("shockslurm_config_reloads", "Configuration reloads (SIGHUP).",
+                               ["result"], registry=r)
+        self._forecasts: dict[int, _Forecast] = {}
+
+    # ------------------------------------------------------------------ recording
+    def record_round(self, *, now: float, round_duration_s: float, solve_s: float,
+                     gpus_allocated: int, gpus_total: int, states: Mapping[int, str],
+                     views: Mapping[int, Any]) -> None:
+        """One round. `states`: Slurm state of every active managed job by job id; `views`:
+        the snapshot's `JobView`s by job id (for the forecast)."""
+        self.rounds.inc()
+        self.round_duration.observe(max(0.0, round_duration_s))
+        self.solve_duration.observe(max(0.0, solve_s))
+        counts = dict.fromkeys(ACTIVE_STATES, 0)
+        for state in states.values():
+            counts[state] = counts.get(state, 0) + 1
+        for state, n in counts.items():
+            self.jobs.labels(state=state).set(n)
+        self.gpus_allocated.set(gpus_allocated)
+        self.gpus_total.set(gpus_total)
+        self.last_round.set(now)
+        self._track_forecasts(now, states, views)
+
+    def _track_forecasts(self, now: float, states: Mapping[int, str],
+                         views: Mapping[int, Any]) -> None:
+        for job_id, fc in list(self._forecasts.items()):
+            state = states.get(job_id)
+            if state is None or state == "COMPLETING":
+                del self._forecasts[job_id]
+                if fc.last_running:
+                    actual = fc.last_run_time - fc.run_time_0 + (now - fc.last_seen) / 2
+                    self.forecast_error.observe(abs(fc.forecast_s - actual))
+                continue
+            view = views.get(job_id)
+            fc.last_running = state == "RUNNING"
+            fc.last_seen = now
+            if view is not None:
+                fc.last_run_time = float(view.run_time_s)
+        for job_id, view in views.items():
+            if job_id in self._forecasts or states.get(job_id) != "RUNNING":
+                continue
+            ips = float(view.iterations_per_s)
+            if ips > 0:
+                self._forecasts[job_id] = _Forecast(
+                    forecast_s=float(view.remaining_iterations) / ips,
+                    run_time_0=float(view.run_time_s), last_run_time=float(view.run_time_s),
+                    last_running=True, last_seen=now)
+
+    def record_outcome(self, action: str, job_count: int, returncode: int, stderr: str) -> None:
+        if returncode != 0:
+            self.enactment_failures.labels(action=action,
+                                           reason=stderr_class(returncode, stderr)).inc(
+                max(1, job_count))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # ------------------------------------------------------------------ serving
+    def serve(self, address: str, port: int) -> Callable[[], None]:
+        """Serve `/metrics` on address:port in a daemon thread; returns a function that stops
+        it. Raises OSError when the port cannot be bound."""
+        from prometheus_client import start_http_server
+
+        started = start_http_server(port, addr=address, registry=self.registry)
+        server = started[0] if isinstance(started, tuple) else None
+
+        def stop() -> None:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        return stop
+
+
+class MetricsObserver:
+    """`RoundObserver` feeding `DaemonMetrics` from a `SlurmCluster` (public attributes only:
+    `jobs`); `clock` must be the loop's clock (the round started at `snapshot.now`)."""
+
+    def __init__(self, metrics: DaemonMetrics, cluster: Any,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.metrics = metrics
+        self.cluster = cluster
+        self.clock = clock
+
+    def on_round(self, snapshot: Any, plan: Any, solve_s: float) -> None:
+        now = self.clock()
+        states = {jid: live.slurm.state.value for jid, live in self.cluster.jobs.items()}
+        self.metrics.record_round(
+            now=snapshot.now, round_duration_s=now - snapshot.now, solve_s=solve_s,
+            gpus_allocated=plan.gpus_used(snapshot), gpus_total=snapshot.gpus, states=states,
+            views={v.job_id: v for v in snapshot.jobs})
+
+
+class MetricsJournal:
+    """Wraps a `slurm.journaling.Journal` (or None) to count failed calls by verb and stderr class."""
+
+    def __init__(self, inner: Any, metrics: DaemonMetrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+
+    def begin_round(self, snapshot: Any, plan: Any, jobs: Any) -> None:
+        if self.inner is not None:
+            self.inner.begin_round(snapshot, plan, jobs)
+
+    def intent(self, step: Any) -> object:
+        handle = self.inner.intent(step) if self.inner is not None else None
+        return (handle, step)
+
+    def outcome(self, handle: object, result: Any) -> None:
+        inner_handle, step = handle  # type: ignore[misc]
+        if self.inner is not None:
+            self.inner.outcome(inner_handle, result)
+        self.metrics.record_outcome(step.action, len(step.job_ids), result.returncode,
+                                    result.stderr or "")

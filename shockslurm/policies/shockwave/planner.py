@@ -1,0 +1,239 @@
+"""The Shockwave round policy: fairness targets, re-solve/replay, packing, work conservation.
+
+Per round (`allocate`):
+1. Track arrivals (admission time = the round boundary where the job is first seen) and
+   completions; forecast every job (`forecast.forecast`, which also calibrates).
+2. Re-solve on any arrival or completion, when `resolve_every` rounds have passed since the last
+   solve, or when the stored plan has no entry for this round; otherwise replay the stored plan.
+   (The reference counts its periodic re-solves from round 0 regardless of event re-solves; we
+   count from the last solve.)
+3. A re-solve: on arrival/completion every job's finish-time-fairness series gets a new estimate
+   `F_j = submit_j + (profile time of completed epochs + R_j) / min(1, G/N)`; the target is the
+   time-weighted average of the series with momentum. First attempt: the market with the FTF
+   bounds; if infeasible (or no solution in time), the relaxed market with priorities
+   `min(cap, rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish within a
+   round). "now" is the snapshot's clock (the reference uses round count x L).
+4. The chosen rounds per job are packed into the window's rounds (`pack`): highest priority
+   (then highest rho) first, each job on the earliest block of consecutive rounds with room for
+   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds).
+5. Work conservation for the round about to run: idle GPUs go to unscheduled jobs, longest
+   forecast remaining time first, first fit.
+If the solver yields nothing in time the planner replays the last plan (finished jobs dropped)
+or, without one, schedules greedily by fairness ratio; it logs a warning either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ...forecast import Forecast, ForecastState, forecast
+from ...model import RoundPlan, Snapshot
+from .config import ShockwaveConfig
+from .market import MarketInput, MarketResult, solve_market
+
+log = logging.getLogger(__name__)
+
+
+def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: float) -> float:
+    """Time-weighted average of the estimates (each weighted by how many rounds it stayed the
+    latest), blended with the latest estimate."""
+    rs = [r for r, _ in series] + [now_round]
+    gaps = np.diff(np.asarray(rs, dtype=float))
+    vals = np.asarray([f for _, f in series])
+    avg = float(vals[0]) if gaps.sum() <= 0 else float(np.dot(gaps / gaps.sum(), vals))
+    return momentum * avg + (1.0 - momentum) * float(vals[-1])
+
+
+def pack(order: list[int], rounds: dict[int, int], gang: dict[int, int], gpus: int,
+         horizon: int) -> list[list[int]]:
+    """Place each job's rounds in the window, in `order`: the earliest block of consecutive rounds
+    with room, else the earliest rounds with room."""
+    cap = np.full(horizon, gpus, dtype=np.int64)
+    plan: list[list[int]] = [[] for _ in range(horizon)]
+    for j in order:
+        n = min(int(rounds.get(j, 0)), horizon)
+        if n <= 0:
+            continue
+        ok = cap >= gang[j]
+        if n == horizon:
+            slots = np.flatnonzero(ok)
+        else:
+            c = np.concatenate([[0], np.cumsum(ok)])
+            full = np.flatnonzero(c[n:] - c[:-n] == n)
+            slots = np.arange(full[0], full[0] + n) if len(full) else np.flatnonzero(ok)[:n]
+        cap[slots] -= gang[j]
+        for t in slots:
+            plan[int(t)].append(j)
+    return plan
+
+
+class Shockwave:
+    """Shockwave (NSDI'23): a volatile Fisher market over a window of future rounds."""
+
+    name = "shockwave"
+
+    def __init__(self, config: ShockwaveConfig | None = None, **overrides) -> None:
+        base = config or ShockwaveConfig()
+        if overrides:
+            base = ShockwaveConfig(**{**base.__dict__, **overrides})
+        self.config = base
+        self.states: dict[int, ForecastState] = {}
+        self.submit: dict[int, float] = {}
+        self.series: dict[int, list[tuple[int, float]]] = {}
+        self.plan: list[list[int]] = []
+        self.plan_round = 0
+        self.last_solve_round: int | None = None
+        self.solves = 0
+        self._known: frozenset[int] = frozenset()
+
+    # ------------------------------------------------------------------ the policy protocol
+    def allocate(self, snapshot: Snapshot) -> RoundPlan:
+        cfg = self.config
+        ids = frozenset(v.job_id for v in snapshot.jobs)
+        arrived, left = ids - self._known, self._known - ids
+        for j in arrived:
+            self.states[j] = ForecastState(j)
+            self.submit[j] = snapshot.now
+            self.series[j] = []
+        for j in left:
+            self.states.pop(j, None); self.submit.pop(j, None); self.series.pop(j, None)
+        self._known = ids
+        if not snapshot.jobs:
+            return RoundPlan(frozenset(), {"resolved": False, "solve_s": 0.0, "status": "idle",
+                                           "objective": 0.0, "relaxed": False})
+        fc = {v.job_id: forecast(v, self.states[v.job_id]) for v in snapshot.jobs}
+        offset = snapshot.round_index - self.plan_round
+        resolve = (self.last_solve_round is None or bool(arrived) or bool(left)
+                   or snapshot.round_index - self.last_solve_round >= cfg.resolve_every
+                   or not 0 <= offset < len(self.plan))
+        info: dict = {"resolved": resolve, "solve_s": 0.0, "status": "replay",
+                      "objective": float("nan"), "relaxed": False}
+        if resolve:
+            info.update(self._resolve(snapshot, fc, update_series=bool(arrived or left)
+                                      or self.last_solve_round is None))
+            offset = snapshot.round_index - self.plan_round
+        chosen = [j for j in self.plan[offset] if j in ids] if 0 <= offset < len(self.plan) else []
+        key = (self._rho_key(snapshot, fc) if cfg.fill_order == "rho"
+               else (lambda j: -fc[j].remaining_s))
+        return RoundPlan(frozenset(self._fill(snapshot, chosen, key)), info)
+
+    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]):
+        N = len(snap.jobs)
+        share = min(1.0, snap.gpus / N)
+
+        def key(j: int) -> float:
+            ser = self.series.get(j)
+            if not ser:
+                return 0.0
+            tgt = fairness_target(ser, snap.round_index, self.config.momentum)
+            return -(snap.now + fc[j].remaining_s / share) / max(tgt, 1e-9)
+        return key
+
+    # ------------------------------------------------------------------ one re-solve
+    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], update_series: bool) -> dict:
+        cfg = self.config
+        t0 = time.perf_counter()
+        views = snap.jobs
+        N = len(views)
+        L = snap.round_s
+        share = min(1.0, snap.gpus / N)
+        if update_series:
+            for v in views:
+                f = fc[v.job_id]
+                F = self.submit[v.job_id] + (f.elapsed_profile_s + f.remaining_s) / share
+                self.series[v.job_id].append((snap.round_index, F))
+        target = np.array([fairness_target(self.series[v.job_id], snap.round_index, cfg.momentum)
+                           for v in views])
+        R = np.array([fc[v.job_id].remaining_s for v in views])
+        dbar = np.array([fc[v.job_id].mean_epoch_s for v in views])
+        E = np.array([float(v.num_epochs) for v in views])
+        e = np.array([float(fc[v.job_id].epochs_done) for v in views])
+        gang = np.array([v.gang_size for v in views], dtype=np.int64)
+        if cfg.progress_model == "forecast":
+            # epochs after the one in progress run at the forecast's mean duration, so that
+            # planned progress and forecast remaining time agree (the reference's past average
+            # caps a job's useful rounds below what its forecast needs; see config)
+            after = E - e - 1
+            dbar = np.where(after >= 1, R / np.maximum(after, 1), dbar)
+            dbar = np.maximum(dbar, 1.0)
+        T = cfg.future_rounds
+        rho = (snap.now + R / share) / np.maximum(target, 1e-9)
+        prio = np.ones(N)
+        behind = rho > cfg.rhomax
+        with np.errstate(over="ignore"):
+            prio[behind] = np.where(R[behind] < L, rho[behind] ** cfg.finish_exponent,
+                                    rho[behind] ** cfg.lam)
+        prio = np.minimum(prio, cfg.priority_cap)
+        base = dict(gang=gang, frac_done=e / E, full_rounds=E * dbar / L, remaining_rounds=R / L,
+                    gpus=snap.gpus, rounds=T, k_round=cfg.k * L, tail_weight=cfg.tail_weight,
+                    drain_rounds=max(0.0, cfg.tail_drain_factor * float(np.dot(gang, R)) / L / snap.gpus - T))
+        integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
+        deadline = t0 + cfg.time_limit_s
+
+        def run(priority, f_lower) -> MarketResult:
+            return solve_market(MarketInput(priority=priority, f_lower=f_lower, **base),
+                                breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
+                                integer=integer, gap=cfg.solver_gap,
+                                time_limit_s=deadline - time.perf_counter())
+
+        # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
+        slack = share * (cfg.rhomax * target - (snap.now + T * L))
+        f_lower = (R - slack) / np.maximum(E * dbar, 1e-9)
+        need = np.ceil(E * dbar / L * np.maximum(f_lower, 0) - 1e-9)
+        trivially_infeasible = (np.any(slack < 0) or np.any(f_lower > 1 - e / E + 1e-9)
+                                or np.any(need > T) or float(np.dot(gang, need)) > snap.gpus * T)
+        relaxed = True
+        res = MarketResult("infeasible", None, None, float("nan"), 0.0)
+        if not trivially_infeasible:
+            res = run(np.ones(N), np.maximum(f_lower, 0.0))
+            relaxed = not res.ok
+        if relaxed:
+            res = run(prio, np.zeros(N))
+        status = res.status
+        ids = [v.job_id for v in views]
+        if res.ok:
+            # jobs planned for every window round first (they run in every round whatever the
+            # order; placed late they would find the rounds fragmented), then by priority
+            full = res.rounds >= T
+            order = sorted(range(N), key=lambda i: (not full[i], -prio[i], -rho[i], ids[i]))
+            rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
+            self.plan = pack([ids[i] for i in order], rounds,
+                             {v.job_id: v.gang_size for v in views}, snap.gpus, T)
+            self.plan_round = snap.round_index
+        else:
+            status = f"fallback:{status}"
+            offset = snap.round_index - self.plan_round
+            replay = 0 <= offset < len(self.plan)
+            if not replay:
+                order = sorted(range(N), key=lambda i: (-rho[i], ids[i]))
+                self.plan = [[ids[i] for i in order]]   # the work-conserving fill trims it
+                self.plan_round = snap.round_index
+            log.warning("shockwave: no market solution (%s, %d jobs); %s", res.status, N,
+                        "replaying the last plan" if replay else "greedy by fairness ratio")
+        self.last_solve_round = snap.round_index
+        self.solves += 1
+        return {"resolved": True, "solve_s": time.perf_counter() - t0, "status": status,
+                "objective": res.objective, "relaxed": relaxed}
+
+    # ------------------------------------------------------------------ work conservation
+    @staticmethod
+    def _fill(snap: Snapshot, chosen: list[int], key) -> list[int]:
+        gang = {v.job_id: v.gang_size for v in snap.jobs}
+        run, used = [], 0
+        for j in chosen:                      # the plan first (trimmed if it overflows)
+            if used + gang[j] <= snap.gpus:
+                run.append(j); used += gang[j]
+        idle = snap.gpus - used
+        if idle > 0:
+            taken = set(run)
+            others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
+                            key=key)
+            for j in others:
+                if gang[j] <= idle:
+                    run.append(j); idle -= gang[j]
+                if idle <= 0:
+                    break
+        return run

@@ -1,0 +1,280 @@
+"""`ReportedProgress`: the live daemon's `ProgressSource` on the training helper's reports.
+
+Wired by `daemon.build_daemon` only (the Slurm layer knows the `ProgressSource` protocol, never
+the store). Each round `refresh` gets every active job and
+
+1. ingests the spool directory, when one is configured (`train.spool.ingest_spool`: counts are
+   logged, a failure is logged and never stops the round);
+2. reads, in ONE query for all jobs (a UNION ALL), the reports of the jobs' registrations
+   (`shocksub --db` registers a job; reports resolve to that row): every `epoch_done` event, the
+   latest `progress` event (position written with each throughput report), the latest throughput
+   sample and the latest batch-size change. Which registration a job has is looked up once per
+   job (one query for all the jobs not known yet) and cached.
+
+`progress` then builds a job's `Progress` from them:
+
+- epochs done: the position of the latest progress event, at least the number of completed
+  epochs (epoch_done events), kept one iteration short of the end like the run-time estimate;
+- batch size: the newest of the latest throughput sample's and the latest change's, else the last
+  completed epoch's, else the spec's;
+- observed batch sizes: the batch size of each completed epoch from its epoch_done event (an epoch
+  whose event is missing takes the previous epoch's);
+- iterations/s: the latest throughput sample's samples/s over the current batch size (samples/s
+  assumed unchanged across a batch-size change).
+
+A job with no reports, or whose reports cannot be read, falls back to `RunTimeProgress`.
+
+It is also the cluster's `StopHistorySource` (churn bounds, `slurm.enact.ChurnLimits`): the same
+round query reads each job's latest successful checkpoint report and the failed ones after it;
+`stop_history` reads, when a stop is being decided (one query), the successful `requeuehold`
+intents of every daemon incarnation from the store, so the per-day count and the
+stops-without-checkpoint count survive a daemon restart; `flag` records a `flagged` job event
+(once per job) on the job's registration.
+
+Spool reports must be signed with the key registered for their job (`train.records`); unsigned
+reports of jobs registered without a key are accepted only with `allow_unsigned_reports`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from datetime import datetime, timezone
+
+from sqlalchemy import Engine, Float, Integer, String, Text, cast, func, literal, null, select
+from sqlalchemy import union_all
+from sqlalchemy.orm import Session, aliased
+
+from .slurm.enact import StopHistory
+from .slurm.progress import Progress, ProgressSource, RunTimeProgress, progress_ceiling
+from .slurm.specs import LiveSpec
+from .slurm.types import SlurmJob
+from .store import repository as repo
+from .store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
+
+log = logging.getLogger("shockslurm.daemon")
+
+
+@dataclass
+class JobReports:
+    """What the store holds about one job's training, as read this round."""
+
+    epoch_bs: dict[int, int | None] = field(default_factory=dict)   # completed epoch -> bs
+    last_epoch_time: float | None = None
+    position: float | None = None            # epochs, from the latest progress event
+    position_time: float | None = None
+    throughput: tuple[float, float, int] | None = None    # (time, samples/s, batch size)
+    change: tuple[float, int] | None = None                # (time, new batch size)
+    last_ok_checkpoint: float | None = None                # time of the latest ok=true one
+    failed_checkpoints: int = 0                            # ok=false reports after it
+
+    @property
+    def empty(self) -> bool:
+        """No progress information (checkpoint reports alone say nothing about progress)."""
+        return (not self.epoch_bs and self.position is None and self.throughput is None
+                and self.change is None)
+
+    @property
+    def any(self) -> bool:
+        """The job has sent at least one report (it runs the training helper)."""
+        return not self.empty or self.last_ok_checkpoint is not None or \
+            self.failed_checkpoints > 0
+
+    def current_batch_size(self) -> int | None:
+        latest = [x for x in (self.throughput and (self.throughput[0], self.throughput[2]),
+                              self.change) if x]
+        if latest:
+            return max(latest, key=lambda tb: tb[0])[1]
+        if self.epoch_bs:
+            return self.epoch_bs[max(self.epoch_bs)]
+        return None
+
+
+def _latest_ids(column: Any, pk_column: Any, pks: Sequence[int], *where: Any) -> Any:
+    return (select(func.max(column)).where(pk_column.in_(pks), *where).group_by(pk_column)
+            .scalar_subquery())
+
+
+def read_reports(session: Session, pks: Sequence[int]) -> dict[int, JobReports]:
+    """The reports of the jobs `pks` (store keys), in one query."""
+    if not pks:
+        return {}
+    pks = list(pks)
+    ev = JobEvent
+    events = select(ev.kind.label("kind"), ev.job_pk.label("job_pk"), ev.id.label("id"),
+                    ev.time_s.label("time_s"), cast(null(), Integer).label("bs"),
+                    cast(null(), Float).label("x"), ev.detail.label("detail")).where(
+        ev.job_pk.in_(pks),
+        (ev.kind == "epoch_done") | ev.id.in_(_latest_ids(ev.id, ev.job_pk, pks,
+                                                          ev.kind == "progress")))
+    ts = ThroughputSample
+    samples = select(literal("throughput", String).label("kind"), ts.job_pk, ts.id, ts.time_s,
+                     ts.batch_size, ts.samples_per_s, cast(null(), Text)).where(
+        ts.id.in_(_latest_ids(ts.id, ts.job_pk, pks)))
+    bc = BatchSizeChange
+    changes = select(literal("batch_size_change", String).label("kind"), bc.job_pk, bc.id,
+                     bc.time_s, bc.new_batch_size, cast(bc.old_batch_size, Float),
+                     cast(null(), Text)).where(bc.id.in_(_latest_ids(bc.id, bc.job_pk, pks)))
+    ck = Checkpoint
+    ok_ckpt = select(literal("checkpoint_ok", String).label("kind"), ck.job_pk, ck.id, ck.time_s,
+                     cast(null(), Integer), cast(null(), Float), cast(null(), Text)).where(
+        ck.id.in_(_latest_ids(ck.id, ck.job_pk, pks, ck.ok.is_(True))))
+    ck2 = aliased(Checkpoint)
+    last_ok_id = (select(func.coalesce(func.max(ck2.id), 0))
+                  .where(ck2.job_pk == ck.job_pk, ck2.ok.is_(True)).scalar_subquery())
+    failed = select(literal("checkpoint_failed", String).label("kind"), ck.job_pk,
+                    func.max(ck.id), func.max(ck.time_s), cast(func.count(), Integer),
+                    cast(null(), Float), cast(null(), Text)).where(
+        ck.job_pk.in_(pks), ck.ok.is_(False), ck.id > last_ok_id).group_by(ck.job_pk)
+    out: dict[int, JobReports] = {}
+    rows = session.execute(union_all(events, samples, changes, ok_ckpt, failed))
+    for kind, job_pk, _id, time_s, bs, x, detail in sorted(rows, key=lambda r: (r[1], r[2])):
+        r = out.setdefault(job_pk, JobReports())
+        if kind == "throughput":
+            if x is not None and math.isfinite(x) and x > 0 and bs:
+                r.throughput = (float(time_s), float(x), int(bs))
+        elif kind == "batch_size_change":
+            r.change = (float(time_s), int(bs))
+        elif kind == "checkpoint_ok":
+            r.last_ok_checkpoint = float(time_s)
+        elif kind == "checkpoint_failed":
+            r.failed_checkpoints = int(bs or 0)
+        else:
+            try:
+                info = json.loads(detail or "{}")
+            except ValueError:
+                continue
+            if not isinstance(info, dict):
+                continue
+            if kind == "epoch_done":
+                epoch = info.get("epoch")
+                if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+                    size = info.get("batch_size")
+                    r.epoch_bs[epoch] = (size if isinstance(size, int) and size > 0
+                                         and not isinstance(size, bool) else None)
+                    r.last_epoch_time = max(r.last_epoch_time or time_s, time_s)
+            elif kind == "progress":
+                pos = info.get("epoch_progress")
+                if isinstance(pos, (int, float)) and not isinstance(pos, bool) and \
+                        math.isfinite(pos) and pos >= 0:
+                    r.position, r.position_time = float(pos), float(time_s)
+    return out
+
+
+class ReportedProgress:
+    """`ProgressSource` on the store's training reports, with a run-time fallback."""
+
+    def __init__(self, engine: Engine, *, cluster: str, spool_dir: str | os.PathLike[str] |
+                 None = None, fallback: ProgressSource | None = None,
+                 allow_unsigned_reports: bool = False) -> None:
+        self.engine = engine
+        self.allow_unsigned_reports = allow_unsigned_reports
+        self.cluster = cluster
+        self.spool_dir = spool_dir or None
+        self.fallback = fallback or RunTimeProgress()
+        self._pk: dict[tuple[int, float], int] = {}
+        self.reports: dict[tuple[int, float], JobReports] = {}
+        self.queries = 0            # report reads (tests check: one per round)
+        self.ingested = 0           # report files ingested from the spool, all rounds
+
+    # ------------------------------------------------------------------ per round
+    def ingest(self) -> int:
+        """Ingest the spool (if any); never raises."""
+        if self.spool_dir is None:
+            return 0
+        from .train.spool import ingest_spool
+
+        try:
+            n = ingest_spool(self.spool_dir, self.engine,
+                             allow_unsigned=self.allow_unsigned_reports)
+        except Exception as exc:
+            log.warning("spool %s: ingest failed (%s: %s); retried next round", self.spool_dir,
+                        type(exc).__name__, exc)
+            return 0
+        if n:
+            log.info("spool %s: ingested %d report(s)", self.spool_dir, n)
+        self.ingested += n
+        return n
+
+    def refresh(self, jobs: Sequence[SlurmJob]) -> None:
+        self.ingest()
+        keys = {(j.job_id, j.submit_time) for j in jobs}
+        try:
+            with Session(self.engine) as s:
+                unknown = {jid: t for jid, t in keys if (jid, t) not in self._pk}
+                if unknown:
+                    for jid, row in repo.registered_jobs(s, self.cluster, unknown).items():
+                        self._pk[(jid, unknown[jid])] = row.id
+                wanted = {k: self._pk[k] for k in keys if k in self._pk}
+                by_pk = read_reports(s, sorted(set(wanted.values())))
+                self.queries += 1
+        except Exception as exc:
+            log.warning("could not read training reports (%s: %s); estimating progress from "
+                        "run time this round", type(exc).__name__, exc)
+            self.reports = {}
+            return
+        self.reports = {k: by_pk[pk] for k, pk in wanted.items() if pk in by_pk}
+        self._pk = {k: v for k, v in self._pk.items() if k in keys}   # forget finished jobs
+
+    def progress(self, job: SlurmJob, spec: LiveSpec, run_time_s: float,
+                 epoch_s: float) -> Progress:
+        base = self.fallback.progress(job, spec, run_time_s, epoch_s)
+        r = self.reports.get((job.job_id, job.submit_time))
+        if r is None or r.empty:
+            return base
+        bs = r.current_batch_size() or base.batch_size
+        completed = (max(r.epoch_bs) + 1) if r.epoch_bs else 0
+        if r.position is not None or r.epoch_bs:
+            done = float(completed)
+            if r.position is not None and (r.last_epoch_time is None
+                                           or r.position_time >= r.last_epoch_time):
+                done = max(done, r.position)
+            done = max(0.0, min(done, progress_ceiling(spec, bs)))
+        else:      # a throughput sample only: where the job is stays an estimate
+            done = base.epochs_done
+        observed: list[int] = []
+        previous = spec.batch_size
+        for e in range(int(done)):
+            size = r.epoch_bs.get(e) or previous
+            observed.append(size)
+            previous = size
+        ips = None
+        if r.throughput is not None:
+            ips = r.throughput[1] / bs
+        return Progress(epochs_done=done, batch_size=bs, observed_batch_sizes=tuple(observed),
+                        iterations_per_s=ips, source="reports")
+
+    # ------------------------------------------------------------------ StopHistorySource
+    def stop_history(self, jobs: Sequence[SlurmJob]) -> dict[int, StopHistory]:
+        """Every recorded preemption of `jobs` (any daemon incarnation) and their checkpoint
+        health from this round's reports; raises when the store cannot be read (the cluster
+        then falls back to its memory)."""
+        with Session(self.engine) as s:
+            found = repo.stop_history(s, self.cluster, {j.job_id: j.submit_time for j in jobs},
+                                      since=datetime.fromtimestamp(0, timezone.utc))
+        out = {}
+        for j in jobs:
+            r = self.reports.get((j.job_id, j.submit_time))
+            out[j.job_id] = StopHistory(
+                preemptions=tuple(found.get(j.job_id, {}).get("requeuehold", ())),
+                reports=r is not None and r.any,
+                last_ok_checkpoint=r.last_ok_checkpoint if r is not None else None,
+                failed_checkpoints=r.failed_checkpoints if r is not None else 0)
+        return out
+
+    def flag(self, job: SlurmJob, reason: str, now: float) -> None:
+        """Record a `flagged` job event on the job's registration (once per job)."""
+        pk = self._pk.get((job.job_id, job.submit_time))
+        if pk is None:
+            return
+        with Session(self.engine) as s, s.begin():
+            seen = s.scalar(select(JobEvent.id).where(JobEvent.job_pk == pk,
+                                                      JobEvent.kind == "flagged").limit(1))
+            if seen is None:
+                s.add(JobEvent(job_pk=pk, time_s=now, kind="flagged",
+                               detail=json.dumps({"reason": reason})))

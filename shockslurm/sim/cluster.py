@@ -1,0 +1,127 @@
+"""The simulated cluster: the `Cluster` the round loop drives in simulation.
+
+Semantics follow the reference simulator (SHOCKWAVE.md, "Workload model"), so that numbers are
+comparable:
+- A dispatched job holds its whole gang for the round and runs `int(throughput * round_s)`
+  iterations (or what remains); it finishes at the exact moment its iterations run out, which is
+  its completion time if it has no work left.
+- The next round starts when the last job dispatched in this one has finished (slightly under
+  `round_s` for full rounds), or at the next arrival when nothing runs.
+- Restart overhead: a job that runs in a round after not running in the previous one (its first
+  round counts, except in the very first round of the run) loses `restart_overhead_s` of that
+  round; the reference charges it only when the run is a (nearly) full round, i.e. longer than
+  `round_s - 5`, by cutting iterations in proportion.
+- Jobs that arrive during a round join at the next round boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..model import JobSpec, JobView, RoundPlan, Snapshot
+from .jobs import SimJob
+
+FULL_ROUND_SLACK_S = 5.0
+
+
+@dataclass
+class Dispatch:
+    job_id: int
+    iterations: int
+    finish_s: float
+
+
+@dataclass
+class SimulatedCluster:
+    gpus: int
+    jobs: Sequence[JobSpec]
+    round_s: float = 120.0
+    restart_overhead_s: float = 20.0
+    adaptation: str = "profile"
+    sim_jobs: dict[int, SimJob] = field(init=False)
+    gpu_seconds_used: float = field(init=False, default=0.0)
+    demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise ValueError("the cluster needs at least one GPU")
+        too_big = [j.job_id for j in self.jobs if j.gang_size > self.gpus]
+        if too_big:
+            raise ValueError(f"jobs {too_big} need more GPUs than the cluster has ({self.gpus})")
+        self.sim_jobs = {j.job_id: SimJob(j, adaptation=self.adaptation) for j in self.jobs}
+        self._pending = sorted(self.jobs, key=lambda j: (j.arrival_s, j.job_id))
+        self._active: dict[int, SimJob] = {}
+        self._running: list[Dispatch] = []
+        self._round_start = 0.0
+        self._previous: frozenset[int] = frozenset()   # jobs dispatched in the previous round
+        self._rounds_dispatched = 0
+
+    # ------------------------------------------------------------------ Cluster protocol
+    def observe(self, now: float) -> Snapshot:
+        self._complete_round()
+        for job in self._active.values():
+            job.update_flags()
+        while self._pending and self._pending[0].arrival_s <= now:
+            spec = self._pending.pop(0)
+            self._active[spec.job_id] = self.sim_jobs[spec.job_id]
+        self.demand_timeline.append((now, sum(j.spec.gang_size for j in self._active.values())))
+        views = tuple(self._view(j) for j in self._active.values())
+        return Snapshot(now=now, round_index=self._rounds_dispatched, round_s=self.round_s,
+                        gpus=self.gpus, jobs=views, restart_overhead_s=self.restart_overhead_s)
+
+    def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
+        now = snapshot.now
+        self._round_start = now
+        self._running = []
+        for job_id in sorted(plan.run):
+            job = self._active[job_id]
+            iterations = job.iterations_for(self.round_s)
+            self._running.append(Dispatch(job_id, iterations, now + iterations / job.throughput))
+        self._rounds_dispatched += 1
+
+    def next_round_start(self, now: float, round_s: float) -> float:
+        if self._running:
+            return max(now, max(d.finish_s for d in self._running))
+        arrival = self.next_arrival(now)
+        return arrival if arrival is not None else now + round_s
+
+    def finished(self) -> bool:
+        return not self._pending and not self._active and not self._running
+
+    def next_arrival(self, now: float) -> float | None:
+        return self._pending[0].arrival_s if self._pending else None
+
+    # ------------------------------------------------------------------ internals
+    def _complete_round(self) -> None:
+        first_round = self._rounds_dispatched <= 1
+        for d in self._running:
+            job = self._active[d.job_id]
+            exec_s = d.finish_s - self._round_start
+            iterations = d.iterations
+            restarted = d.job_id not in self._previous and not first_round
+            if restarted and exec_s > self.round_s - FULL_ROUND_SLACK_S and self.restart_overhead_s:
+                factor = (exec_s - self.restart_overhead_s) / exec_s
+                iterations = int(iterations * factor)
+                exec_s -= self.restart_overhead_s
+            job.record_run(iterations, exec_s, d.finish_s)
+            self.gpu_seconds_used += exec_s * job.spec.gang_size
+            if job.done:
+                del self._active[d.job_id]
+        if self._running:
+            self._previous = frozenset(d.job_id for d in self._running)
+        else:
+            self._previous = frozenset()
+        self._running = []
+
+    def _view(self, job: SimJob) -> JobView:
+        s = job.spec
+        return JobView(
+            job_id=s.job_id, gang_size=s.gang_size, arrival_s=s.arrival_s,
+            num_epochs=s.num_epochs, epochs_done=job.epochs_done, batch_size=job.batch_size,
+            iterations_per_s=job.throughput, remaining_iterations=float(job.remaining_iterations),
+            iterations_per_epoch=job.iterations_per_epoch,
+            observed_batch_sizes=job.observed_batch_sizes,
+            profile_batch_sizes=s.batch_sizes, profile_epoch_durations=s.epoch_durations,
+            exclusive_runtime_s=s.exclusive_runtime_s, run_time_s=job.run_time_s,
+            ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)

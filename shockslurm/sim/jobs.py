@@ -1,0 +1,127 @@
+"""A simulated job: iteration-accurate progress across rounds, batch-size changes included.
+
+Progress is counted in iterations at the current batch size, as the reference simulator does:
+a round of `L` seconds runs `int(throughput * L)` iterations (capped by what remains) and a
+batch-size change rescales the counts so that the epoch count is preserved.
+
+Two adaptation modes say *when* the batch size changes:
+- `profile` (default): the job follows its declared per-epoch schedule; the change happens at
+  the end of the round in which the job enters an epoch with another batch size.
+- `reference`: the reference simulator's own rules (`reference_rules`), with its one-run lag and
+  its rounding up of the epoch in progress. Use it to compare with the reference's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..model import JobSpec
+from . import reference_rules
+
+ADAPTATION_MODES = ("profile", "reference")
+
+
+@dataclass
+class SimJob:
+    spec: JobSpec
+    adaptation: str = "profile"
+    batch_size: int = 0
+    total_iterations: int = 0
+    iterations_done: int = 0
+    run_time_s: float = 0.0           # useful seconds on GPUs (after restart overheads)
+    completion_s: float | None = None
+    pending_bs: int | None = None     # reference mode: flagged change, applied after next run
+    observed_batch_sizes: tuple[int, ...] = ()
+    batch_size_changes: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.adaptation not in ADAPTATION_MODES:
+            raise ValueError(f"unknown adaptation mode '{self.adaptation}' "
+                             f"(known: {', '.join(ADAPTATION_MODES)})")
+        self.batch_size = self.spec.initial_batch_size
+        self.total_iterations = self.spec.iterations
+
+    # ------------------------------------------------------------------ derived quantities
+    @property
+    def iterations_per_epoch(self) -> int:
+        return self.spec.iterations_per_epoch(self.batch_size)
+
+    @property
+    def throughput(self) -> float:
+        return self.spec.throughput[self.batch_size]
+
+    @property
+    def remaining_iterations(self) -> int:
+        return self.total_iterations - self.iterations_done
+
+    @property
+    def epochs_done(self) -> float:
+        return min(self.iterations_done / self.iterations_per_epoch, float(self.spec.num_epochs))
+
+    @property
+    def done(self) -> bool:
+        return self.completion_s is not None
+
+    # ------------------------------------------------------------------ a round of work
+    def iterations_for(self, seconds: float) -> int:
+        """Iterations the job may run in a round of `seconds`."""
+        return max(0, min(int(self.throughput * seconds), self.remaining_iterations))
+
+    def record_run(self, iterations: int, exec_s: float, end_s: float) -> None:
+        """Account a finished run of `iterations` that held the GPUs usefully for `exec_s`."""
+        before = self.epochs_done
+        self.iterations_done += iterations
+        self.run_time_s += exec_s
+        finished_epochs = int(self.epochs_done) - int(before)
+        if finished_epochs > 0:
+            self.observed_batch_sizes += (self.batch_size,) * finished_epochs
+        if self.remaining_iterations <= 0 or self.over_deadline():
+            self.completion_s = end_s
+            return
+        if self.adaptation == "reference":
+            if self.pending_bs is not None:
+                self._switch(self.pending_bs, end_s, keep_partial=False)
+                self.pending_bs = None
+        else:
+            epoch = min(int(self.epochs_done), self.spec.num_epochs - 1)
+            wanted = self.spec.batch_sizes[epoch]
+            if wanted != self.batch_size:
+                self._switch(wanted, end_s, keep_partial=True)
+
+    def over_deadline(self) -> bool:
+        """The reference ends a job that has run 1.5x its whole exclusive time (a safety net)."""
+        return self.run_time_s > int(int(self.spec.exclusive_runtime_s) * 1.5)
+
+    def update_flags(self) -> None:
+        """Reference mode: ask the reference's rule whether a change is wanted (after a round)."""
+        if self.adaptation != "reference" or self.pending_bs is not None:
+            return
+        s = self.spec
+        wanted = reference_rules.wanted_change(s.mode, s.model, s.initial_batch_size, s.gang_size,
+                                               self.batch_size, self.iterations_done,
+                                               s.samples_per_epoch)
+        if wanted is None:
+            return
+        if not reference_rules.change_allowed(s.model, s.initial_batch_size):
+            return
+        if wanted in s.throughput:
+            self.pending_bs = wanted
+
+    def _switch(self, new_bs: int, now: float, *, keep_partial: bool) -> None:
+        """Change batch size, rescaling iteration counts so that the epoch count is preserved.
+
+        `keep_partial` keeps the exact fraction of the epoch in progress; without it the epoch in
+        progress counts as complete (the reference simulator's rounding up).
+        """
+        old_ipe, new_ipe = self.iterations_per_epoch, self.spec.iterations_per_epoch(new_bs)
+        epochs_total = math.ceil(self.total_iterations / old_ipe)
+        scaled = math.ceil(self.total_iterations * self.batch_size / new_bs)
+        if math.ceil(scaled / new_ipe) != epochs_total:
+            scaled = new_ipe * epochs_total
+        if keep_partial:
+            done = round(self.iterations_done / old_ipe * new_ipe)
+        else:
+            done = math.ceil(self.iterations_done / old_ipe) * new_ipe
+        self.batch_size_changes.append((now, self.batch_size, new_bs))
+        self.batch_size, self.total_iterations, self.iterations_done = new_bs, scaled, done

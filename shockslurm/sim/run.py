@@ -1,0 +1,111 @@
+"""Run one policy over one workload in simulation and collect its metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..engine import RoundLoop, VirtualClock
+from ..model import JobSpec, RoundPlan, Snapshot
+from ..policies import PolicySettings, make_policy
+from .cluster import SimulatedCluster
+from .metrics import JobOutcome, RunMetrics, compute_metrics
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    gpus: int
+    round_s: float = 120.0
+    restart_overhead_s: float = 20.0
+    adaptation: str = "profile"
+    min_resolve_interval_s: float = 1000.0
+    idle_unallocated: bool = True
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise ValueError(f"gpus must be positive, got {self.gpus}")
+        if self.round_s <= 0:
+            raise ValueError(f"round_s must be positive, got {self.round_s}")
+        if self.restart_overhead_s < 0:
+            raise ValueError(f"restart_overhead_s must be >= 0, got {self.restart_overhead_s}")
+
+
+@dataclass
+class RoundRecord:
+    """One round as the simulator saw it (for reports and the store)."""
+
+    start_s: float
+    active: int
+    run: tuple[int, ...]
+    gpus_used: int
+    solve_s: float
+    info: dict
+
+
+@dataclass
+class SimResult:
+    policy: str
+    config: SimConfig
+    metrics: RunMetrics
+    outcomes: list[JobOutcome]
+    rounds: list[RoundRecord]
+    sim_wall_s: float
+    solve_s: float
+    batch_size_changes: int = 0
+    extra: dict = field(default_factory=dict)
+    # (time_s, job_id, old batch size, new batch size) of every change, in time order (the store).
+    batch_size_events: list[tuple[float, int, int, int]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out = {"policy": self.policy, **self.metrics.as_dict(), "sim_wall_s": self.sim_wall_s,
+               "solve_s": self.solve_s, "rounds": len(self.rounds), "gpus": self.config.gpus,
+               "round_s": self.config.round_s, "adaptation": self.config.adaptation,
+               "restart_overhead_s": self.config.restart_overhead_s,
+               "batch_size_changes": self.batch_size_changes}
+        out.update(self.extra)
+        return out
+
+
+class _Recorder:
+    """Keeps a record of every round and reports the fraction of jobs finished."""
+
+    def __init__(self, cluster: SimulatedCluster, progress: Callable[[float], None] | None) -> None:
+        self.rounds: list[RoundRecord] = []
+        self._cluster = cluster
+        self._progress = progress
+
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
+        self.rounds.append(RoundRecord(snapshot.now, len(snapshot.jobs), tuple(sorted(plan.run)),
+                                       plan.gpus_used(snapshot), solve_s, dict(plan.info)))
+        if self._progress is not None:
+            jobs = self._cluster.sim_jobs.values()
+            self._progress(sum(j.done for j in jobs) / len(jobs))
+
+
+def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
+             progress: Callable[[float], None] | None = None) -> SimResult:
+    """Simulate `policy` on `jobs` and return its metrics (see `metrics` for definitions)."""
+    if not jobs:
+        raise ValueError("the workload has no jobs")
+    t0 = time.perf_counter()
+    cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
+                               restart_overhead_s=config.restart_overhead_s,
+                               adaptation=config.adaptation)
+    settings = PolicySettings(round_s=config.round_s,
+                              min_resolve_interval_s=config.min_resolve_interval_s,
+                              idle_unallocated=config.idle_unallocated)
+    recorder = _Recorder(cluster, progress)
+    loop = RoundLoop(cluster, make_policy(policy, settings), VirtualClock(0.0), config.round_s,
+                     observers=[recorder])
+    stats = loop.run()
+    outcomes = [JobOutcome(j.spec.job_id, j.spec.arrival_s, j.completion_s,
+                           j.spec.exclusive_runtime_s, j.spec.gang_size)
+                for j in cluster.sim_jobs.values() if j.completion_s is not None]
+    metrics = compute_metrics(outcomes, config.gpus, cluster.gpu_seconds_used,
+                              cluster.demand_timeline, trace_jobs=len(jobs))
+    events = sorted((t, j.spec.job_id, old, new) for j in cluster.sim_jobs.values()
+                    for t, old, new in j.batch_size_changes)
+    return SimResult(policy, config, metrics, outcomes, recorder.rounds,
+                     time.perf_counter() - t0, stats.solve_s, len(events),
+                     batch_size_events=events)

@@ -1,0 +1,515 @@
+"""The live cluster: `engine.Cluster` on a Slurm backend, so the daemon runs the simulator's loop.
+
+Why it looks like this:
+- `observe` makes exactly two reads (`backend.jobs()` = one `squeue --json`, `backend.nodes()` =
+  one `sinfo --json`) whatever the number of jobs: squeue ignores its filters in 22.05, so
+  everything is filtered here.
+- What a job is comes from the spec shocksub put in its comment (`shock:spec={json}`), else from a
+  spec registered in the store (`SpecRegistry`), else from documented defaults, so a managed job
+  submitted by plain sbatch is still scheduled.
+- Progress comes from a `ProgressSource`: by default an estimate from the run time this daemon
+  has seen; the daemon plugs in the training helper's reports from the store (`refresh` is called
+  once per round with all active jobs, so a source reads them in a few queries, not per job).
+- Every action is journalled before it runs and its outcome after (`Journal`), and a failed call
+  is not retried here: the next round recomputes the diff from Slurm's state, which retries it.
+- The cluster's capacity is the GPUs of usable nodes in the managed partitions minus the GPUs
+  held by jobs this daemon does not manage (unmanaged jobs, or managed ones outside `job_filter`),
+  so a plan always fits what Slurm can actually give.
+- Churn is bounded (`enact.ChurnLimits`: minimum run time, preemptions per day, jobs whose
+  checkpoints keep failing are flagged and left running): a stop the bounds forbid is dropped and
+  the plan's starts that no longer fit are dropped with it (`enact.bound_plan`). What the bounds
+  need survives a daemon restart: the run's start from Slurm, the past preemptions and
+  checkpoint reports from a `StopHistorySource` (the store, through the progress source), else
+  from this process's memory, capped by Slurm's restart count.
+- Crash safety: a stop is USR1, the grace period, then requeuehold. A stop that was started
+  (its `signal` intent is in the store) but whose requeuehold never succeeded (the daemon died
+  in the grace period, or the call failed) is *resumed*, never restarted: the job is not
+  signalled again, it is requeueheld once the rest of its grace period has passed, also when it
+  has meanwhile exited (COMPLETED after its checkpoint), since otherwise its training would end
+  there (`StopLedger.pending_stops`, else this process's memory).
+- Outages: a Slurm read that fails raises `SlurmError` out of the round (nothing is enacted on
+  stale state), and so does an action whose failure says the controller cannot be reached (the
+  rest of the round is abandoned); a journal that cannot record an intent raises
+  `JournalUnavailable` before the call, so no action is ever taken that the store does not
+  know about. The daemon's runner logs, backs off and retries.
+- Impossible requests: a managed job asking more GPUs per node than any usable node of the
+  managed partitions has (Slurm accepts such a job while it is held) is left out of the
+  snapshot (never planned, so never released), logged once and flagged in the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import replace
+from typing import Callable, Mapping, Sequence
+
+from ..model import JobView, RoundPlan, Snapshot
+from . import enact as en
+from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
+                         StopHistorySource, StopLedger)
+from .progress import ProgressSource, RunTimeProgress
+from .specs import (DEFAULT_EPOCH_SECONDS, LiveSpec, SpecRegistry, epoch_seconds,
+                    spec_from_comment, spec_from_mapping)
+from .types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob, SlurmNode
+
+log = logging.getLogger(__name__)
+
+STOP_POLL_S = 0.5
+# stderr of an action when slurmctld cannot be reached (or a CliBackend timeout): an outage.
+CONTROLLER_DOWN_RE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+    r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
+
+
+class SlurmCluster:
+    """`engine.Cluster` on a real Slurm (through a `SlurmBackend`)."""
+
+    def __init__(self, backend: SlurmBackend, *, partitions: Sequence[str] = ("gpu",),
+                 grace_seconds: float = 30.0, stop_timeout_s: float = 60.0,
+                 job_filter: Callable[[SlurmJob], bool] | None = None,
+                 registry: SpecRegistry | None = None,
+                 progress_source: ProgressSource | None = None,
+                 journal: Journal | None = None, round_s: float = 120.0,
+                 restart_overhead_s: float = 0.0, stop_when_idle: bool = False,
+                 churn: en.ChurnLimits | None = None,
+                 stop_history: StopHistorySource | None = None,
+                 ledger: StopLedger | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`churn`: the churn bounds (default `ChurnLimits.for_round(round_s)`; `ChurnLimits(0,
+        0, 0)` disables them). `stop_history`: where past stops are read (default: the progress
+        source when it provides `stop_history`, e.g. `ReportedProgress`)."""
+        self.backend = backend
+        self.partitions = tuple(partitions)
+        self.grace_seconds = float(grace_seconds)
+        self.stop_timeout_s = float(stop_timeout_s)
+        self.job_filter = job_filter
+        self.registry = registry
+        self.progress_source = progress_source or RunTimeProgress()
+        self.journal = journal or NullJournal()
+        self.round_s = float(round_s)
+        self.restart_overhead_s = float(restart_overhead_s)
+        self.stop_when_idle = stop_when_idle
+        self.churn = churn if churn is not None else en.ChurnLimits.for_round(self.round_s)
+        if stop_history is None and hasattr(self.progress_source, "stop_history"):
+            stop_history = self.progress_source  # type: ignore[assignment]
+        self.stop_history = stop_history
+        self.ledger = ledger
+        self.flagged: set[tuple[int, float]] = set()        # (job id, submit time)
+        self.impossible: dict[tuple[int, float], str] = {}  # never planned: the reason
+        self._impossible_new: list[tuple[SlurmJob, str]] = []
+        self._signalled: dict[tuple[int, float], float] = {}  # stops started in this process
+        self._requeued_at: dict[tuple[int, float], list[float]] = {}
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self.gpus = 0
+        self.jobs: dict[int, LiveJob] = {}
+        self.rounds = 0
+        self.last_stats = EnactStats()
+        self._last_now: float | None = None
+        self._seen_any = False
+        self._idle = False
+        self._previous_plan: frozenset[int] = frozenset()
+        self._slurm_jobs: list[SlurmJob] = []
+        # What may hold GPUs right now (plan ∪ jobs being stopped): for watchers and tests.
+        self.allowed_running: frozenset[int] = frozenset()
+
+    # ------------------------------------------------------------------ helpers
+    def _ours(self, job: SlurmJob) -> bool:
+        if not job.managed or not set(job.partition.split(",")) & set(self.partitions):
+            return False
+        return self.job_filter is None or self.job_filter(job)
+
+    def _capacity(self, nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> int:
+        total = sum(n.gpus for n in nodes
+                    if n.usable and set(n.partitions) & set(self.partitions))
+        # GPUs the policy cannot hand out: other jobs', and ours that are still completing.
+        foreign = sum(j.gpus for j in jobs if j.state.holds_gpus and (
+            not self._ours(j) or j.state is JobState.COMPLETING))
+        return max(0, total - foreign)
+
+    def _spec(self, job: SlurmJob, registered: Mapping[int, Mapping[str, object]]) -> LiveSpec:
+        raw = spec_from_comment(job.comment)
+        if raw is not None:
+            return spec_from_mapping(raw, "comment")
+        if job.job_id in registered:
+            return spec_from_mapping(registered[job.job_id], "store")
+        log.warning("job %s carries no shock:spec and is not registered; using defaults "
+                    "(%s s per epoch)", job.job_id, DEFAULT_EPOCH_SECONDS)
+        return spec_from_mapping({}, "default")
+
+    # ------------------------------------------------------------------ Cluster protocol
+    def _read(self, what: str, read: Callable[[], list]) -> list:
+        try:
+            return read()
+        except SlurmError:
+            raise
+        except Exception as exc:   # a half-written answer during a controller restart, ...
+            raise SlurmError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _impossible(self, active: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> set[int]:
+        """Pending jobs of ours no usable node can ever hold (more GPUs per node than any)."""
+        usable = [n.gpus for n in nodes if n.usable and set(n.partitions) & set(self.partitions)]
+        if not usable:       # nothing usable now: no verdict (capacity is 0 anyway)
+            return set()
+        biggest, total = max(usable), sum(usable)
+        out = set()
+        for job in active:
+            if job.state is not JobState.PENDING:
+                continue
+            reason = None
+            if job.gpus_per_node > biggest:
+                reason = (f"impossible request: {job.gpus_per_node} GPUs per node, the "
+                          f"largest usable node has {biggest}")
+            elif job.gpus > total:
+                reason = (f"impossible request: {job.gpus} GPUs, the managed partitions have "
+                          f"{total}")
+            if reason is None:
+                continue
+            out.add(job.job_id)
+            key = (job.job_id, job.submit_time)
+            if key not in self.impossible:
+                self.impossible[key] = reason
+                self._impossible_new.append((job, reason))
+                log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
+        return out
+
+    def observe(self, now: float) -> Snapshot:
+        slurm_jobs = self._read("squeue", self.backend.jobs)    # read 1: squeue --json
+        nodes = self._read("sinfo", self.backend.nodes)         # read 2: sinfo --json
+        self._slurm_jobs = slurm_jobs
+        self.gpus = self._capacity(nodes, slurm_jobs)
+        active = [j for j in slurm_jobs if self._ours(j)
+                  and j.state in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED,
+                                  JobState.COMPLETING)]
+        impossible = self._impossible(active, nodes)
+        new = [j for j in active if j.job_id not in self.jobs
+               or self.jobs[j.job_id].slurm.submit_time != j.submit_time]
+        registered: Mapping[int, Mapping[str, object]] = {}
+        if self.registry is not None and any(spec_from_comment(j.comment) is None for j in new):
+            try:
+                registered = self.registry.lookup([j for j in new
+                                                   if spec_from_comment(j.comment) is None])
+            except JournalUnavailable:
+                raise
+            except Exception as exc:   # a spec guessed now would stick: no round without it
+                raise JournalUnavailable(f"spec registry: {type(exc).__name__}: {exc}") from exc
+        elapsed = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
+        current: dict[int, LiveJob] = {}
+        for job in active:
+            live = self.jobs.get(job.job_id)
+            if live is None or live.slurm.submit_time != job.submit_time:
+                live = LiveJob(job, self._spec(job, registered))
+            running = job.state is JobState.RUNNING
+            if running:
+                if live.last_seen_running:
+                    live.run_time_s += elapsed
+                elif job.start_time is not None:
+                    since = job.start_time if self._last_now is None else \
+                        max(job.start_time, self._last_now)
+                    live.run_time_s += max(0.0, now - since)
+            live.last_seen_running = running
+            live.slurm = job
+            current[job.job_id] = live
+        self.jobs = current
+        self._last_now = now
+        if current:
+            self._seen_any = True
+        self._idle = self._seen_any and not any(
+            j.slurm.state in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
+            for j in current.values())
+        refresh = getattr(self.progress_source, "refresh", None)
+        if refresh is not None:
+            try:
+                refresh([j.slurm for j in current.values()])
+            except Exception as exc:  # a failing source must not stop the daemon
+                log.warning("progress source refresh failed (%s: %s); using what it had",
+                            type(exc).__name__, exc)
+        # COMPLETING jobs hold GPUs but will never run again: not offered to the policy; nor
+        # are impossible requests (they stay held: the diff holds them if released).
+        views = tuple(self._view(j) for j in current.values()
+                      if j.slurm.state is not JobState.COMPLETING
+                      and j.slurm.job_id not in impossible)
+        snap = Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
+                        jobs=views, restart_overhead_s=self.restart_overhead_s)
+        return snap
+
+    def _view(self, live: LiveJob) -> JobView:
+        job, spec = live.slurm, live.spec
+        gang = max(1, job.gpus)
+        epoch_s = epoch_seconds(spec, gang)
+        try:
+            prog = self.progress_source.progress(job, spec, live.run_time_s, epoch_s)
+        except Exception as exc:  # a failing source must not stop the daemon
+            log.warning("progress of job %s failed (%s: %s); estimating from run time",
+                        job.job_id, type(exc).__name__, exc)
+            prog = RunTimeProgress().progress(job, spec, live.run_time_s, epoch_s)
+        live.progress = prog
+        iters_per_epoch = math.ceil(spec.samples_per_epoch / prog.batch_size)
+        remaining = max(1.0, (spec.epochs - prog.epochs_done) * iters_per_epoch)
+        ips = (prog.iterations_per_s if prog.iterations_per_s is not None
+               and prog.iterations_per_s > 0 else iters_per_epoch / epoch_s)
+        observed = (prog.observed_batch_sizes if prog.observed_batch_sizes is not None
+                    else (prog.batch_size,) * int(prog.epochs_done))
+        return JobView(
+            job_id=job.job_id, gang_size=gang, arrival_s=job.submit_time,
+            num_epochs=spec.epochs, epochs_done=prog.epochs_done, batch_size=prog.batch_size,
+            iterations_per_s=ips, remaining_iterations=remaining,
+            iterations_per_epoch=iters_per_epoch,
+            observed_batch_sizes=tuple(observed),
+            profile_batch_sizes=(spec.batch_size,) * spec.epochs,
+            profile_epoch_durations=(epoch_s,) * spec.epochs,
+            exclusive_runtime_s=epoch_s * spec.epochs, run_time_s=live.run_time_s,
+            ran_last_round=job.state is JobState.RUNNING)
+
+    def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
+        """Stop what is not planned, then start what is; one journalled call per step."""
+        self.rounds += 1
+        ours = [j for j in self._slurm_jobs if self._ours(j)]
+        stats = EnactStats()
+        plan = self._bound(plan, ours, snapshot.now, stats)
+        resumed = self._pending_stops(ours)
+        e = en.diff(plan, ours)
+        if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
+            e = replace(e, stop=tuple(sorted(set(e.stop) | set(resumed))),
+                        signal=tuple(j for j in e.signal if j not in resumed),
+                        keep=tuple(j for j in e.keep if j not in resumed))
+            log.info("resuming the stop of %s (signalled earlier, not yet requeued): "
+                     "requeuehold after the rest of the grace period",
+                     ", ".join(str(j) for j in sorted(resumed)))
+        self.allowed_running = frozenset(plan.run) | self._previous_plan | frozenset(e.stop)
+        # the journal must know every job a step may name: a resumed stop can act on a job that
+        # already left the active set (it exited on its USR1 and shows COMPLETED)
+        touched = set(e.stop) | set(e.signal) | set(e.hold) | set(e.start)
+        journal_jobs = dict(self.jobs)
+        for job in ours:
+            if job.job_id in touched and job.job_id not in journal_jobs:
+                journal_jobs[job.job_id] = LiveJob(job, self._spec(job, {}))
+        try:
+            self.journal.begin_round(snapshot, plan, journal_jobs)
+        except JournalUnavailable:
+            raise
+        except Exception as exc:
+            raise JournalUnavailable(f"cannot record the round: {type(exc).__name__}: "
+                                     f"{exc}") from exc
+        self._record_impossible(snapshot.now)
+        by_id = {j.job_id: j for j in ours}
+        finished_meanwhile: set[int] = set()
+        for step in en.stop_steps(e):
+            result = self._run(step, stats)
+            if step.action == "signal":
+                failed = en.unsignalled(result.stderr) & set(step.job_ids) if not result.ok \
+                    else set()
+                for j in step.job_ids:
+                    if j not in failed and j in by_id:
+                        self._signalled[(j, by_id[j].submit_time)] = snapshot.now
+                if failed:
+                    finished_meanwhile = failed
+                    log.info("jobs %s could not be signalled (finished on their own?); not "
+                             "requeued", sorted(finished_meanwhile))
+        stats.held = len(e.hold)
+        to_requeue = [j for j in e.stop if j not in finished_meanwhile]
+        if to_requeue:
+            wait = self.grace_seconds if e.signal else 0.0
+            if resumed:
+                wait = max([wait] + [since + self.grace_seconds - snapshot.now
+                                     for since in resumed.values()])
+            if wait > 0:
+                self._sleep(min(wait, self.grace_seconds))
+            requeue = en.requeue_step(to_requeue)
+            assert requeue is not None
+            if self._run(requeue, stats).ok:
+                for job in ours:
+                    if job.job_id in requeue.job_ids:
+                        self._signalled.pop((job.job_id, job.submit_time), None)
+                        self._requeued_at.setdefault((job.job_id, job.submit_time),
+                                                     []).append(snapshot.now)
+            stats.stopped = len(to_requeue)
+            t0 = self._monotonic()
+            still = self._wait_stopped(plan, set(to_requeue), stats)
+            stats.stop_wait_s = self._monotonic() - t0
+            self.allowed_running = frozenset(plan.run) | frozenset(still) | frozenset(e.hold)
+        else:
+            self.allowed_running = frozenset(plan.run) | frozenset(e.hold)
+        for step in en.start_steps(e):
+            self._run(step, stats)
+        stats.started = len(e.start)
+        stats.updates = len(e.updates)
+        self._previous_plan = frozenset(plan.run)
+        self.last_stats = stats
+
+    # ------------------------------------------------------------------ crash safety
+    def _pending_stops(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
+        """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
+        running the run that was signalled, or exited after it (COMPLETED). {job id: since}."""
+        candidates = [j for j in ours if j.managed and (
+            j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state is JobState.COMPLETED)]
+        live = {(j.job_id, j.submit_time) for j in ours}
+        self._signalled = {k: v for k, v in self._signalled.items() if k in live}
+        if not candidates:
+            return {}
+        found: dict[int, float] = {}
+        if self.ledger is not None:
+            try:
+                found = dict(self.ledger.pending_stops(candidates))
+            except JournalUnavailable:
+                raise
+            except Exception as exc:   # cannot know which stops are under way: no action
+                raise JournalUnavailable(f"pending stops: {type(exc).__name__}: {exc}") from exc
+        out = {}
+        for job in candidates:
+            since = max([t for t in (found.get(job.job_id),
+                                     self._signalled.get((job.job_id, job.submit_time)))
+                         if t is not None], default=None)
+            if since is None:
+                continue
+            # the run that was signalled: a job restarted since then is not being stopped
+            if job.start_time is not None and job.start_time > since + 1.0:
+                self._signalled.pop((job.job_id, job.submit_time), None)
+                continue
+            out[job.job_id] = since
+        return out
+
+    def _record_impossible(self, now: float) -> None:
+        new, self._impossible_new = self._impossible_new, []
+        for job, reason in new:
+            try:
+                if self.ledger is not None:
+                    self.ledger.job_event(job, "flagged", {"reason": reason}, now)
+                elif self.stop_history is not None:
+                    self.stop_history.flag(job, reason, now)
+            except Exception as exc:
+                log.warning("could not record that job %s is flagged (%s: %s)", job.job_id,
+                            type(exc).__name__, exc)
+
+    # ------------------------------------------------------------------ churn bounds
+    def _histories(self, jobs: Sequence[SlurmJob]) -> dict[int, en.StopHistory]:
+        """Past stops of `jobs`: the store's when it answers, else this process's memory."""
+        found: Mapping[int, en.StopHistory] = {}
+        if self.stop_history is not None:
+            try:
+                found = self.stop_history.stop_history(jobs)
+            except Exception as exc:  # a failing store must not stop the daemon
+                log.warning("stop history unavailable (%s: %s); using this daemon's memory",
+                            type(exc).__name__, exc)
+        out = {}
+        for job in jobs:
+            h = found.get(job.job_id)
+            mine = tuple(self._requeued_at.get((job.job_id, job.submit_time), ()))
+            if h is None:
+                h = en.StopHistory(preemptions=mine)
+            elif len(mine) > len(h.preemptions):   # the store lost some (failed writes)
+                h = en.StopHistory(mine, h.reports, h.last_ok_checkpoint, h.failed_checkpoints)
+            out[job.job_id] = h
+        return out
+
+    def _bound(self, plan: RoundPlan, ours: Sequence[SlurmJob], now: float,
+               stats: EnactStats) -> RoundPlan:
+        """The plan with the stops the churn bounds forbid dropped, and the starts that no
+        longer fit with them (`enact.bound_plan`)."""
+        live = {(j.job_id, j.submit_time) for j in ours if not j.state.finished}
+        self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in live}
+        self.flagged &= live
+        c = self.churn
+        if not (c.min_run_seconds > 0 or c.max_preemptions_per_day > 0
+                or c.max_stops_without_checkpoint > 0):
+            return plan
+        stopping = [j for j in ours if j.managed and j.job_id not in plan.run
+                    and j.state in (JobState.RUNNING, JobState.SUSPENDED)]
+        if not stopping:
+            return plan
+        histories = self._histories(stopping)
+        keep: dict[int, tuple[str, str]] = {}
+        for job in stopping:
+            reason = en.keep_reason(job, histories[job.job_id], c, now)
+            if reason is None:
+                continue
+            keep[job.job_id] = reason
+            key = (job.job_id, job.submit_time)
+            if reason[0] == "flagged" and key not in self.flagged:
+                self.flagged.add(key)
+                log.warning("job %s flagged: %s; it is left running (never stopped by the "
+                            "daemon again) instead of being requeued in a loop", job.job_id,
+                            reason[1])
+                if self.stop_history is not None:
+                    try:
+                        self.stop_history.flag(job, reason[1], now)
+                    except Exception as exc:
+                        log.warning("could not record that job %s is flagged (%s: %s)",
+                                    job.job_id, type(exc).__name__, exc)
+        if not keep:
+            return plan
+        run, dropped = en.bound_plan(plan.run, ours, keep, self.gpus)
+        stats.kept = {j: r[0] for j, r in keep.items()}
+        stats.dropped = dropped
+        log.info("churn bounds keep %s running%s", ", ".join(
+            f"{j} ({r[1]})" for j, r in sorted(keep.items())),
+            f"; not starting {list(dropped)} (no GPUs left for them)" if dropped else "")
+        info = dict(plan.info)
+        info["churn_kept"] = sorted(keep)
+        info["churn_dropped"] = list(dropped)
+        return RoundPlan(run=run, info=info)
+
+    def _run(self, step: en.Step, stats: EnactStats) -> CommandResult:
+        try:   # never act without the intent recorded first
+            handle = self.journal.intent(step)
+        except JournalUnavailable:
+            raise
+        except Exception as exc:
+            raise JournalUnavailable(f"cannot record the intent {' '.join(step.argv)}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        try:
+            result = self.backend.run(list(step.argv))
+        except Exception as exc:  # a backend that raises must not kill the daemon
+            result = CommandResult(step.argv, -1, "", f"{type(exc).__name__}: {exc}", 0.0)
+        stats.steps.append(step)
+        try:
+            self.journal.outcome(handle, result)
+        except Exception as exc:   # done but not recorded: reconciled at the next start
+            raise JournalUnavailable(f"cannot record the outcome of {' '.join(step.argv)}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        if not result.ok:
+            stats.failed_calls += 1
+            if CONTROLLER_DOWN_RE.search(result.stderr or ""):
+                raise SlurmError(f"{' '.join(step.argv)}: the controller cannot be reached",
+                                 argv=step.argv, returncode=result.returncode,
+                                 stderr=result.stderr)
+            log.warning("%s failed (rc=%s): %s; the next round retries from Slurm's state",
+                        " ".join(step.argv), result.returncode, result.stderr.strip())
+        return result
+
+    def _wait_stopped(self, plan: RoundPlan, stopping: set[int], stats: EnactStats) -> set[int]:
+        """Poll (bounded) until the stopped jobs hold no GPUs; requeuehold any managed job that
+        started outside the plan meanwhile (a release that raced a hold). Returns the jobs that
+        still hold GPUs at the deadline."""
+        deadline = self._monotonic() + self.stop_timeout_s
+        requeued = set(stopping)
+        while True:
+            jobs = [j for j in self._read("squeue", self.backend.jobs) if self._ours(j)]
+            holding = {j.job_id for j in jobs if j.job_id in stopping and j.state.holds_gpus}
+            escaped = {j.job_id for j in jobs if j.state is JobState.RUNNING
+                       and j.job_id not in plan.run and j.job_id not in requeued}
+            if escaped:
+                stopping |= escaped
+                requeued |= escaped
+                self.allowed_running |= frozenset(escaped)
+                step = en.requeue_step(sorted(escaped))
+                assert step is not None
+                self._run(step, stats)
+                continue
+            if not holding:
+                return set()
+            if self._monotonic() >= deadline:
+                log.warning("jobs %s still hold GPUs %.0f s after requeuehold", sorted(holding),
+                            self.stop_timeout_s)
+                return holding
+            self._sleep(STOP_POLL_S)
+
+    def finished(self) -> bool:
+        return self.stop_when_idle and self._idle
+
+    def next_round_start(self, now: float, round_s: float) -> float:
+        return now + round_s

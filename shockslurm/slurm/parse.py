@@ -1,0 +1,380 @@
+"""Version-aware, shape-tolerant parsing of `squeue --json` / `sinfo --json` into our records.
+
+One small function per field understands every shape the supported Slurm versions write:
+
+| field          | 22.05 (openapi v0.0.38)  | 23.02 .. 25.11 (data_parser v0.0.39 .. v0.0.44)        |
+|----------------|--------------------------|--------------------------------------------------------|
+| job_state      | "RUNNING" (flag may      | ["RUNNING"], ["PENDING", "REQUEUED"]                   |
+|                | replace base: "COMPLETING")                                                       |
+| numbers        | plain int (or null)      | {"set": true, "infinite": false, "number": 5}          |
+| times          | Unix int, 0 = unset      | {"set": .., "number": unix}                            |
+| tres_per_node  | "gres:gpu:3"             | "gres:gpu:3" (23.02) / "gres/gpu:3" (23.11+)            |
+| sinfo          | {"nodes": [...]}         | {"sinfo": [{"nodes": {"nodes": [..]}, "node":          |
+|                |                          |   {"state": [..]}, "gres": {"total", "used"}, ..}]}     |
+
+Filters are never trusted: 22.05's `squeue --json` ignores -j/-t/-u/-n and returns every job
+slurmctld knows (finished ones too, until MinJobAge), so callers filter the records in Python.
+Truly malformed input raises `InputError` naming the job id and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from typing import Any, Iterable, Mapping
+
+from ..errors import InputError
+from .states import parse_job_state
+from .types import JobState, SlurmJob, SlurmNode, SlurmVersion
+from .version import version_from_meta
+
+log = logging.getLogger(__name__)
+
+SQUEUE = "squeue --json"
+SINFO = "sinfo --json"
+# 22.05 reports state_reason "JobHeldUser" for a requeuehold'ed job and puts this text in
+# state_description (scontrol shows Reason=job_requeued_in_held_state); no REQUEUE_HOLD flag
+# reaches the JSON. We derive the flag from the description so all versions agree.
+REQUEUE_HOLD_DESC = "job requeued in held state"
+MAX_GPU_INDEX = 4096               # more GPU indices than any node has: gres_detail is garbled
+
+
+class _Ctx:
+    """Where we are, so every error names the source, the job and the field."""
+
+    def __init__(self, source: str, ident: object) -> None:
+        self.source = source
+        self.ident = ident
+
+    def fail(self, field: str, message: str) -> InputError:
+        return InputError(f"job/node {self.ident}: {message}", source=self.source, field=field)
+
+
+# --- generic field readers ------------------------------------------------------------------
+
+def number(value: Any, ctx: _Ctx, field: str, default: int | None = 0) -> int | None:
+    """A plain int, a numeric string, null, or a 23.02+ `{"set","infinite","number"}` object.
+
+    Unset (`set: false`) and infinite values give `default`.
+    """
+    original = value
+    while isinstance(value, Mapping):          # a loop, not recursion: nesting depth is untrusted
+        if value.get("infinite") or not value.get("set", True):
+            return default
+        if "number" not in value:
+            break
+        value = value["number"]
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise ctx.fail(field, f"expected a number, got {original!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):           # json.loads accepts NaN / Infinity
+            raise ctx.fail(field, f"expected a finite number, got {original!r}")
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return _int(value, ctx, field)
+    raise ctx.fail(field, f"expected a number, got {original!r}")
+
+
+def _int(digits: str, ctx: "_Ctx | None", field: str) -> int:
+    """int() of a string of digits; one too long for Python (over 4300 digits) is an InputError."""
+    try:
+        return int(digits)
+    except ValueError:
+        message = f"number too long: {digits[:40]!r}... ({len(digits)} characters)"
+        if ctx is not None:
+            raise ctx.fail(field, message) from None
+        raise InputError(message, field=field) from None
+
+
+def text(value: Any, ctx: _Ctx, field: str) -> str:
+    """A string; null and missing give ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ctx.fail(field, f"expected a string, got {value!r}")
+
+
+def timestamp(value: Any, ctx: _Ctx, field: str) -> float | None:
+    """Unix seconds; 0, unset and infinite give None."""
+    n = number(value, ctx, field, default=None)
+    return float(n) if n else None
+
+
+def strings(value: Any, ctx: _Ctx, field: str) -> tuple[str, ...]:
+    """A list of strings, or one comma-separated string (older CSV fields)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(p for p in value.split(",") if p)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ctx.fail(field, f"expected a list of strings, got {value!r}")
+
+
+# --- gres -----------------------------------------------------------------------------------
+
+def _split_outside_parens(s: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in s:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+def gpu_count(spec: str, ctx: _Ctx | None = None, field: str = "gres") -> int:
+    """GPUs in a gres/TRES string, summed over entries; other gres (shard, mps, tmpsize) skipped.
+
+    Understands "gres:gpu:3", "gres:gpu:a100:2", "gres/gpu:2", "gres/gpu:a100:2",
+    "gres/gpu=2" (TRES form), node gres "gpu:8", "gpu:h100:8(S:0-1)", used gres
+    "gpu:2(IDX:0-1)", and "N/A" / "(null)" / "" (no GPUs).
+    """
+    total = 0
+    for entry in _split_outside_parens(spec or ""):
+        if entry in ("N/A", "(null)", "none"):
+            continue
+        entry = entry.split("(", 1)[0]
+        for prefix in ("gres:", "gres/"):
+            if entry.startswith(prefix):
+                entry = entry[len(prefix):]
+        if "=" in entry:                               # TRES form: gpu=2 / gpu:a100=2
+            name, _, count = entry.partition("=")
+            parts = name.split(":") + [count]
+        else:
+            parts = entry.split(":")
+        if parts[0] != "gpu":
+            continue
+        tail = parts[-1] if len(parts) > 1 else "1"
+        if re.fullmatch(r"\d+", tail):
+            total += _int(tail, ctx, field)
+        elif len(parts) == 2:                          # "gpu:a100" (type, no count) = 1
+            total += 1
+        elif ctx is not None:
+            raise ctx.fail(field, f"unreadable GPU count in {spec!r}")
+        else:
+            raise InputError(f"unreadable GPU count in {spec!r}", field=field)
+    return total
+
+
+def gpu_indices(detail: Iterable[str]) -> tuple[int, ...]:
+    """GPU indices from gres_detail entries such as "gpu:3(IDX:0-2)" or "gpu:a100:2(IDX:1,5)".
+
+    A malformed list ("IDX:-", "IDX:1-2-3") or one naming more than `MAX_GPU_INDEX` GPUs is an
+    `InputError` (never a huge range expanded in memory).
+    """
+    out: list[int] = []
+    for entry in detail:
+        m = re.search(r"IDX:([0-9,\-]+)", entry)
+        if not m or not entry.startswith("gpu"):
+            continue
+        for part in m.group(1).split(","):
+            if not part:
+                continue
+            r = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part)
+            if r is None:
+                raise InputError(f"unreadable GPU index list in {entry!r}", field="gres_detail")
+            lo = int(r.group(1))
+            hi = int(r.group(2)) if r.group(2) is not None else lo
+            if hi < lo or hi > MAX_GPU_INDEX or len(out) + hi - lo + 1 > MAX_GPU_INDEX:
+                raise InputError(f"implausible GPU index list in {entry!r}", field="gres_detail")
+            out.extend(range(lo, hi + 1))
+    return tuple(out)
+
+
+# --- documents ------------------------------------------------------------------------------
+
+def load_document(data: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """Decode JSON text (or pass a decoded mapping through), checking it is an object."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not JSON: {exc}", source=source) from exc
+        except (ValueError, RecursionError) as exc:  # bad UTF-8/16 bytes, >4300 digits, deep nesting
+            raise InputError(f"not JSON: {str(exc)[:200]}", source=source) from None
+    if not isinstance(data, Mapping):
+        raise InputError("top level is not a JSON object", source=source)
+    errors = data.get("errors") or []
+    if errors:
+        log.warning("%s reported errors: %s", source, errors)
+    return data
+
+
+def document_version(doc: Mapping[str, Any]) -> SlurmVersion | None:
+    meta = doc.get("meta")
+    if isinstance(meta, Mapping):
+        try:
+            return version_from_meta(meta)
+        except InputError:
+            return None
+    return None
+
+
+# --- squeue ---------------------------------------------------------------------------------
+
+def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
+    """One job record of any supported version."""
+    if not isinstance(rec, Mapping):
+        raise InputError(f"job record is not an object: {rec!r}", source=source, field="jobs")
+    ctx = _Ctx(source, rec.get("job_id", "?"))
+    job_id = number(rec.get("job_id"), ctx, "job_id", default=None)
+    if job_id is None or job_id <= 0:
+        raise ctx.fail("job_id", f"missing or invalid job id {rec.get('job_id')!r}")
+    ctx.ident = job_id
+    raw_state = rec.get("job_state")
+    if isinstance(raw_state, str) or (isinstance(raw_state, list)
+                                      and all(isinstance(s, str) for s in raw_state)):
+        state, flags = parse_job_state(raw_state, job_id=job_id)
+    else:
+        raise ctx.fail("job_state", f"expected a string or list of strings, got {raw_state!r}")
+    description = text(rec.get("state_description"), ctx, "state_description")
+    if description == REQUEUE_HOLD_DESC:
+        flags = flags | {"REQUEUE_HOLD"}
+    tres_node = text(rec.get("tres_per_node"), ctx, "tres_per_node")
+    tres_job = text(rec.get("tres_per_job"), ctx, "tres_per_job")
+    start = timestamp(rec.get("start_time"), ctx, "start_time")
+    if state is JobState.PENDING:
+        start = None                       # for pending jobs this is only the expected start
+    return SlurmJob(
+        job_id=job_id,
+        name=text(rec.get("name"), ctx, "name"),
+        user=text(rec.get("user_name"), ctx, "user_name"),
+        partition=text(rec.get("partition"), ctx, "partition"),
+        state=state,
+        state_flags=flags,
+        reason=text(rec.get("state_reason"), ctx, "state_reason") or "None",
+        priority=number(rec.get("priority"), ctx, "priority") or 0,
+        gpus_per_node=gpu_count(tres_node, ctx, "tres_per_node"),
+        gpus_per_job=gpu_count(tres_job, ctx, "tres_per_job"),
+        nodes=number(rec.get("node_count"), ctx, "node_count") or 0,
+        node_list=text(rec.get("nodes"), ctx, "nodes"),
+        submit_time=timestamp(rec.get("submit_time"), ctx, "submit_time") or 0.0,
+        start_time=start,
+        restart_count=number(rec.get("restart_cnt"), ctx, "restart_cnt") or 0,
+        comment=text(rec.get("comment"), ctx, "comment"),
+        admin_comment=text(rec.get("admin_comment"), ctx, "admin_comment"),
+        gres_detail=strings(rec.get("gres_detail"), ctx, "gres_detail"),
+        raw=rec,
+    )
+
+
+def parse_squeue(data: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
+    """Every job in one `squeue --json` document (any version). Callers filter in Python."""
+    doc = load_document(data, SQUEUE)
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list):
+        raise InputError("no 'jobs' list", source=SQUEUE, field="jobs")
+    return [parse_job(rec) for rec in jobs]
+
+
+# --- sinfo ----------------------------------------------------------------------------------
+
+def node_state(value: Any, flags: Any, ctx: _Ctx) -> str:
+    """Lower-case state joined with its flags: "mixed", "idle+drain"."""
+    parts = list(strings(value, ctx, "state")) if not isinstance(value, str) else [value]
+    parts += [f for f in strings(flags, ctx, "state_flags") if f not in parts]
+    return "+".join(p.lower() for p in parts if p) or "unknown"
+
+
+def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
+    """22.05 `nodes` entry (also the 23.02+ `scontrol show nodes --json` entry)."""
+    ctx = _Ctx(SINFO, rec.get("name", "?"))
+    name = text(rec.get("name"), ctx, "name")
+    if not name:
+        raise ctx.fail("name", "node without a name")
+    return SlurmNode(
+        name=name,
+        state=node_state(rec.get("state"), rec.get("state_flags"), ctx),
+        gpus=gpu_count(text(rec.get("gres"), ctx, "gres"), ctx, "gres"),
+        gpus_used=gpu_count(text(rec.get("gres_used"), ctx, "gres_used"), ctx, "gres_used"),
+        partitions=strings(rec.get("partitions"), ctx, "partitions"),
+    )
+
+
+def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
+    """23.02+ `sinfo` entry: a group of nodes sharing one partition, state and gres."""
+    ctx = _Ctx(SINFO, "?")
+    names_block = rec.get("nodes")
+    if not isinstance(names_block, Mapping):
+        raise ctx.fail("nodes", f"expected an object with 'nodes', got {names_block!r}")
+    names = strings(names_block.get("nodes"), ctx, "nodes.nodes")
+    node_block = rec.get("node") or {}
+    if not isinstance(node_block, Mapping):
+        raise ctx.fail("node", f"expected an object, got {node_block!r}")
+    gres = rec.get("gres") or {}
+    if not isinstance(gres, Mapping):
+        raise ctx.fail("gres", f"expected an object, got {gres!r}")
+    part = rec.get("partition") or {}
+    part_name = text(part.get("name"), ctx, "partition.name") if isinstance(part, Mapping) else ""
+    state = node_state(node_block.get("state"), None, ctx)
+    total = gpu_count(text(gres.get("total"), ctx, "gres.total"), ctx, "gres.total")
+    used = gpu_count(text(gres.get("used"), ctx, "gres.used"), ctx, "gres.used")
+    return [SlurmNode(name=n, state=state, gpus=total, gpus_used=used,
+                      partitions=(part_name,) if part_name else ()) for n in names]
+
+
+def parse_sinfo(data: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
+    """Every node in one `sinfo --json` document, one record per node (partitions merged)."""
+    doc = load_document(data, SINFO)
+    if isinstance(doc.get("nodes"), list):                 # 22.05 (and scontrol show nodes)
+        found = [_node_from_record(r) if isinstance(r, Mapping) else
+                 _bad(r) for r in doc["nodes"]]
+    elif isinstance(doc.get("sinfo"), list):               # 23.02+
+        found = []
+        for r in doc["sinfo"]:
+            found.extend(_nodes_from_sinfo_record(r) if isinstance(r, Mapping) else [_bad(r)])
+    else:
+        raise InputError("neither a 'nodes' nor a 'sinfo' list", source=SINFO, field="nodes")
+    merged: dict[str, SlurmNode] = {}
+    for node in found:
+        prev = merged.get(node.name)
+        if prev is None:
+            merged[node.name] = node
+        else:                                              # same node listed per partition
+            parts = prev.partitions + tuple(p for p in node.partitions
+                                            if p not in prev.partitions)
+            merged[node.name] = SlurmNode(prev.name, prev.state, prev.gpus,
+                                          max(prev.gpus_used, node.gpus_used), parts)
+    return list(merged.values())
+
+
+def _bad(rec: Any) -> SlurmNode:
+    raise InputError(f"node record is not an object: {rec!r}", source=SINFO, field="nodes")
+
+
+# --- scontrol -o show job -------------------------------------------------------------------
+
+_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_scontrol_line(line: str) -> dict[str, str]:
+    """One `scontrol -o [-d] show job` line -> {key: value}.
+
+    22.05 has no `scontrol --json`. Values may contain blanks (Comment, Command), so a value
+    runs until the next ` Key=`. The first occurrence of a repeated key wins, except that the
+    per-node detail keys of `-d` (`Nodes=… GRES=gpu:2(IDX:0-1)`) are kept under their own
+    names (GRES, JOB_GRES, CPU_IDs, Mem).
+    """
+    out: dict[str, str] = {}
+    matches = list(_KEY_RE.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        key, value = m.group(1), line[m.end():end].strip()
+        out.setdefault(key, value)
+    return out

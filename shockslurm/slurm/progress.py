@@ -1,0 +1,58 @@
+"""Where a live job's progress comes from: the `ProgressSource` protocol and its default, an
+estimate from the run time the daemon observed (the training helper's reports replace it, see
+`shockslurm.reported_progress`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from .specs import LiveSpec
+from .types import SlurmJob
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A job's progress as a `ProgressSource` sees it. `observed_batch_sizes` (the batch size of
+    every completed epoch) and `iterations_per_s` (measured, whole gang, at `batch_size`) are
+    None when the source does not know them; the view then assumes the current batch size for
+    every completed epoch and the spec's throughput."""
+
+    epochs_done: float
+    batch_size: int
+    observed_batch_sizes: tuple[int, ...] | None = None
+    iterations_per_s: float | None = None
+    source: str = "runtime"
+
+
+class ProgressSource(Protocol):
+    """Where a job's progress comes from. The default estimates it from observed run time; the
+    daemon reads the training helper's reports from the store instead."""
+
+    def refresh(self, jobs: Sequence[SlurmJob]) -> None:
+        """Called once per round, before `progress`, with every active job (batch reads)."""
+
+    def progress(self, job: SlurmJob, spec: LiveSpec, run_time_s: float,
+                 epoch_s: float) -> Progress: ...
+
+
+def progress_ceiling(spec: LiveSpec, batch_size: int) -> float:
+    """The most epochs a running job is said to have done: one iteration short of the end (a job
+    is done when Slurm says it finished, not when an estimate or a report says so)."""
+    iters = math.ceil(spec.samples_per_epoch / max(1, batch_size))
+    return spec.epochs - 1.0 / max(1, iters)
+
+
+class RunTimeProgress:
+    """Epochs done = run time observed by the daemon / exclusive epoch time, kept just short of
+    the end."""
+
+    def refresh(self, jobs: Sequence[SlurmJob]) -> None:
+        pass
+
+    def progress(self, job: SlurmJob, spec: LiveSpec, run_time_s: float,
+                 epoch_s: float) -> Progress:
+        done = run_time_s / epoch_s if epoch_s > 0 else 0.0
+        ceiling = progress_ceiling(spec, spec.batch_size)
+        return Progress(epochs_done=max(0.0, min(done, ceiling)), batch_size=spec.batch_size)

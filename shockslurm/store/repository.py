@@ -1,0 +1,218 @@
+"""The store's writers and a few readers: small functions over a `Session`.
+
+Why functions, not a DAO class: every caller (simulator run, daemon round, training-job report)
+writes a handful of rows in its own transaction; the caller owns the Session and its commit.
+Everything goes through the ORM, so values are always bound parameters, never SQL text.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ..model import JobSpec
+from .models import (BatchSizeChange, Checkpoint, EnactmentIntent, Job, JobEvent, PlanEntry,
+                     Round, Run, ThroughputSample)
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _finite(x: float | None) -> float | None:
+    """NaN/inf become NULL: SQLite cannot store NaN and PostgreSQL would, so they would differ."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def add_run(session: Session, *, policy: str, kind: str = "sim", cluster: str = "sim",
+            config: Mapping[str, Any] | None = None, started_at: datetime | None = None) -> Run:
+    run = Run(kind=kind, cluster=cluster, policy=policy, started_at=started_at or now_utc(),
+              config=dict(config or {}))
+    session.add(run)
+    session.flush()
+    return run
+
+
+def add_job(session: Session, run: Run, *, job_id: int, submit_s: float, model: str, epochs: int,
+            samples_per_epoch: int, batch_sizes: Sequence[int], gang_size: int,
+            owner: str | None = None) -> Job:
+    """The job keyed (run, job_id, submit_s), created with this spec when it is not there yet."""
+    job = session.scalar(select(Job).where(Job.run_id == run.id, Job.job_id == job_id,
+                                           Job.submit_s == submit_s))
+    if job is None:
+        job = Job(run_id=run.id, job_id=job_id, submit_s=submit_s, owner=owner, model=model,
+                  epochs=epochs, samples_per_epoch=samples_per_epoch,
+                  batch_sizes=[int(b) for b in batch_sizes], gang_size=gang_size)
+        session.add(job)
+        session.flush()
+    return job
+
+
+def add_job_spec(session: Session, run: Run, spec: JobSpec, owner: str | None = None) -> Job:
+    """Record a `JobSpec` as declared (ladder = every batch size it may use)."""
+    return add_job(session, run, job_id=spec.job_id, submit_s=spec.arrival_s, model=spec.model,
+                   epochs=spec.num_epochs, samples_per_epoch=spec.samples_per_epoch,
+                   batch_sizes=spec.batch_size_ladder, gang_size=spec.gang_size, owner=owner)
+
+
+def add_job_event(session: Session, job: Job, *, time_s: float, kind: str,
+                  detail: str | None = None) -> JobEvent:
+    event = JobEvent(job_pk=job.id, time_s=time_s, kind=kind, detail=detail)
+    session.add(event)
+    return event
+
+
+def record_round(session: Session, run: Run, *, index: int, time_s: float, policy: str,
+                 solve_s: float, plan: Mapping[Job, int], status: str | None = None,
+                 objective: float | None = None) -> Round:
+    """A round and its plan (`plan` maps each running job to its GPUs)."""
+    rnd = Round(run_id=run.id, round_index=index, time_s=time_s, policy=policy, solve_s=solve_s,
+                status=status, objective=_finite(objective))
+    session.add(rnd)
+    session.flush()
+    session.add_all(PlanEntry(round_id=rnd.id, job_pk=job.id, gpus=gpus)
+                    for job, gpus in plan.items())
+    return rnd
+
+
+def add_enactment_intent(session: Session, rnd: Round, job: Job, *, action: str,
+                         argv: Sequence[str]) -> EnactmentIntent:
+    """Write what is about to run before running it; `finish_enactment_intent` closes it."""
+    intent = EnactmentIntent(round_id=rnd.id, job_pk=job.id, action=action,
+                             argv=[str(a) for a in argv], created_at=now_utc())
+    session.add(intent)
+    session.flush()
+    return intent
+
+
+def finish_enactment_intent(session: Session, intent: EnactmentIntent, *, return_code: int,
+                            stderr: str = "") -> None:
+    intent.return_code = return_code
+    intent.stderr = stderr
+    intent.finished_at = now_utc()
+
+
+def add_throughput_sample(session: Session, job_pk: int, *, time_s: float, samples_per_s: float,
+                          batch_size: int, gpus: int) -> ThroughputSample:
+    sample = ThroughputSample(job_pk=job_pk, time_s=time_s, samples_per_s=samples_per_s,
+                              batch_size=batch_size, gpus=gpus)
+    session.add(sample)
+    return sample
+
+
+def add_batch_size_change(session: Session, job_pk: int, *, time_s: float, old: int,
+                          new: int) -> BatchSizeChange:
+    change = BatchSizeChange(job_pk=job_pk, time_s=time_s, old_batch_size=old, new_batch_size=new)
+    session.add(change)
+    return change
+
+
+def add_checkpoint(session: Session, job_pk: int, *, time_s: float, path: str, step: int,
+                   ok: bool) -> Checkpoint:
+    ckpt = Checkpoint(job_pk=job_pk, time_s=time_s, path=path, step=step, ok=ok)
+    session.add(ckpt)
+    return ckpt
+
+
+def count(session: Session, model: type) -> int:
+    """Rows of one table (reports and tests)."""
+    return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def throughput_history(session: Session, job_pk: int) -> list[ThroughputSample]:
+    """A job's throughput samples in time order."""
+    return list(session.scalars(select(ThroughputSample).where(ThroughputSample.job_pk == job_pk)
+                                .order_by(ThroughputSample.time_s, ThroughputSample.id)))
+
+
+# --------------------------------------------------------------------------- live daemon
+# Specs that `shocksub --db` registers live in one run per cluster of kind "registry", so the
+# schema needs no new table: a Job row there is "this Slurm job was submitted with this spec".
+REGISTRY_KIND = "registry"
+
+
+def registry_run(session: Session, cluster: str) -> Run:
+    """The cluster's registry run (created on first use)."""
+    run = session.scalar(select(Run).where(Run.kind == REGISTRY_KIND, Run.cluster == cluster)
+                         .order_by(Run.id).limit(1))
+    if run is None:
+        run = add_run(session, policy="shocksub", kind=REGISTRY_KIND, cluster=cluster)
+    return run
+
+
+def register_submitted_job(session: Session, cluster: str, *, job_id: int, submit_s: float,
+                           model: str, epochs: int, samples_per_epoch: int,
+                           batch_sizes: Sequence[int], gang_size: int,
+                           owner: str | None = None, report_key: str | None = None) -> Job:
+    """Record the spec of a job just submitted to Slurm (idempotent for the same key).
+
+    `report_key` is the key its reports are signed with (`train.records.derive_key` of the secret
+    handed to the job), never the secret itself."""
+    job = add_job(session, registry_run(session, cluster), job_id=job_id, submit_s=submit_s,
+                  model=model, epochs=epochs, samples_per_epoch=samples_per_epoch,
+                  batch_sizes=batch_sizes, gang_size=gang_size, owner=owner)
+    if report_key is not None and job.report_key is None:
+        job.report_key = report_key
+    return job
+
+
+def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float], *,
+                    tolerance_s: float = 600.0) -> dict[int, Job]:
+    """Registered specs for Slurm jobs `{job_id: Slurm submit time}`.
+
+    Slurm reuses job ids (after a controller reset or a wrap-around), so a registration counts
+    only when it was made within `tolerance_s` of Slurm's submit time; the closest one wins.
+    """
+    if not wanted:
+        return {}
+    rows = session.scalars(select(Job).join(Run, Job.run_id == Run.id)
+                           .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
+                                  Job.job_id.in_(list(wanted))))
+    best: dict[int, Job] = {}
+    for job in rows:
+        gap = abs(job.submit_s - wanted[job.job_id])
+        if gap <= tolerance_s and (job.job_id not in best
+                                   or gap < abs(best[job.job_id].submit_s - wanted[job.job_id])):
+            best[job.job_id] = job
+    return best
+
+
+def set_round_solve_s(session: Session, round_id: int, solve_s: float) -> None:
+    """Fill in a live round's solve time (the round row is written before the solve is known to
+    the cluster; the loop reports it after enactment)."""
+    rnd = session.get(Round, round_id)
+    if rnd is not None:
+        rnd.solve_s = float(solve_s)
+
+
+def stop_history(session: Session, cluster: str, wanted: Mapping[int, float], *,
+                 since: datetime) -> dict[int, dict[str, list[float]]]:
+    """What the live daemon did to jobs `{job_id: Slurm submit time}` since `since`, across
+    every daemon run (incarnation) of `cluster`: `{job_id: {action: [Unix times]}}` for the
+    `signal` and `requeuehold` intents that succeeded (return code 0), oldest first.
+
+    The daemon's live runs record a job under Slurm's own submit time, so (job id, submit time)
+    finds the same Slurm job in every run, and a restarted daemon recovers its churn state.
+    """
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Job.job_id, Job.submit_s, EnactmentIntent.action, EnactmentIntent.created_at)
+        .join(Run, Job.run_id == Run.id)
+        .join(EnactmentIntent, EnactmentIntent.job_pk == Job.id)
+        .where(Run.kind == "live", Run.cluster == cluster, Job.job_id.in_(list(wanted)),
+               EnactmentIntent.action.in_(("signal", "requeuehold")),
+               EnactmentIntent.return_code == 0, EnactmentIntent.created_at >= since)
+        .order_by(EnactmentIntent.created_at, EnactmentIntent.id))
+    out: dict[int, dict[str, list[float]]] = {}
+    for job_id, submit_s, action, created in rows:
+        if submit_s != wanted.get(job_id):
+            continue
+        if created.tzinfo is None:          # SQLite hands back naive UTC
+            created = created.replace(tzinfo=timezone.utc)
+        out.setdefault(job_id, {}).setdefault(action, []).append(created.timestamp())
+    return out

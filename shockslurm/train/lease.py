@@ -1,0 +1,149 @@
+"""A cooperative lease: the training loop asks `should_stop()` and stops cleanly when told.
+
+Why cooperative: a preempted or requeued job gets SIGTERM (or USR1 from `--signal=B:USR1@grace`
+or from the meta-scheduler via `scancel --signal=USR1`), then SIGKILL after KillWait. Killing the
+loop from a signal handler would tear a step or a checkpoint; so the handlers only set a flag,
+and the loop polls it between steps, finishes the current step, checkpoints and exits 0.
+
+What brings the job back is Slurm, not this module: the job was submitted with `--requeue`, and
+the daemon requeues (or requeue-holds, then releases) it; Slurm starts it again with
+SLURM_RESTART_COUNT incremented, and the helper resumes from the newest good checkpoint. The
+helper itself never calls scontrol.
+
+A stop is also requested by a file the scheduler creates: `$SHOCKSLURM_STOP_FILE`, by default
+`$SLURM_SUBMIT_DIR/.shockslurm-stop-$SLURM_JOB_ID`. It is looked at no more often than every
+`file_poll_s` seconds (a stat on a shared filesystem is not free).
+
+Under srun and torchrun every rank has its own lease; when torch.distributed is initialised the
+ranks agree (all-reduce MAX of the flag) so that all of them stop at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, Iterable
+
+log = logging.getLogger("shockslurm.train")
+
+DEFAULT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+def default_stop_file() -> Path | None:
+    explicit = os.environ.get("SHOCKSLURM_STOP_FILE")
+    if explicit:
+        return Path(explicit)
+    submit_dir, job_id = os.environ.get("SLURM_SUBMIT_DIR"), os.environ.get("SLURM_JOB_ID")
+    if submit_dir and job_id:
+        return Path(submit_dir) / f".shockslurm-stop-{job_id}"
+    return None
+
+
+class Lease:
+    """Signal flag + stop file (+ an optional extra predicate, e.g. a store flag)."""
+
+    def __init__(self, *, signals: Iterable[int] = DEFAULT_SIGNALS,
+                 stop_file: str | os.PathLike[str] | None | bool = True,
+                 file_poll_s: float = 1.0, extra: Callable[[], bool] | None = None,
+                 sync_ranks: bool = True) -> None:
+        self.signals = tuple(signals)
+        if stop_file is True:
+            self.stop_file = default_stop_file()
+        elif stop_file in (False, None):
+            self.stop_file = None
+        else:
+            self.stop_file = Path(stop_file)  # type: ignore[arg-type]
+        self.file_poll_s = file_poll_s
+        self.extra = extra
+        self.sync_ranks = sync_ranks
+        self.signal_received: int | None = None
+        self.reason: str | None = None
+        self._flag = False
+        self._previous: dict[int, Any] = {}
+        self._next_file_check = 0.0
+        self._installed = False
+
+    # -- handlers
+    def _handler(self, signum: int, _frame: FrameType | None) -> None:
+        # Only set a flag: anything else (I/O, locks, logging) is unsafe in a handler.
+        self._flag = True
+        if self.signal_received is None:
+            self.signal_received = signum
+
+    def install(self) -> "Lease":
+        """Install the handlers (main thread only; elsewhere a warning and no handlers)."""
+        if self._installed:
+            return self
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("shockslurm.train: lease created outside the main thread; signals will "
+                        "not stop training (only the stop file will)")
+            self._installed = True
+            return self
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._handler)
+        self._installed = True
+        return self
+
+    def close(self) -> None:
+        """Put back the handlers that were there before `install`."""
+        for signum, previous in self._previous.items():
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, TypeError):  # pragma: no cover - not the main thread
+                pass
+        self._previous.clear()
+        self._installed = False
+
+    def __enter__(self) -> "Lease":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request_stop(self, reason: str = "requested") -> None:
+        self._flag = True
+        self.reason = self.reason or reason
+
+    # -- the poll
+    def _local(self) -> bool:
+        if self._flag:
+            if self.reason is None and self.signal_received is not None:
+                self.reason = f"signal {signal.Signals(self.signal_received).name}"
+            return True
+        if self.stop_file is not None:
+            now = time.monotonic()
+            if now >= self._next_file_check:
+                self._next_file_check = now + self.file_poll_s
+                if self.stop_file.exists():
+                    self.reason = f"stop file {self.stop_file}"
+                    self._flag = True
+                    return True
+        if self.extra is not None and self.extra():
+            self.reason = self.reason or "external stop flag"
+            self._flag = True
+            return True
+        return False
+
+    def should_stop(self) -> bool:
+        """True once a stop was asked for (sticky). Collective when torch.distributed is up."""
+        local = self._local()
+        torch = sys.modules.get("torch")
+        if self.sync_ranks and torch is not None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                backend = dist.get_backend()
+                device = (torch.device("cuda", torch.cuda.current_device())
+                          if backend == "nccl" else torch.device("cpu"))
+                flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                if int(flag.item()) and not local:
+                    self._flag = True
+                    self.reason = self.reason or "another rank stopped"
+                return bool(int(flag.item()))
+        return local

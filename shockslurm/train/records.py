@@ -1,0 +1,217 @@
+"""The report records a training job sends, their validation, and the store rows they become.
+
+No torch here: the daemon imports this (through `spool.ingest_spool`) to ingest a spool.
+
+A report is a small JSON object, version 1:
+
+    {"v": 1, "kind": K, "cluster": "slurm", "job_id": 123, "job_pk": null, "time_s": 1.7e9, ...}
+
+    kind "throughput":        samples_per_s, batch_size, gpus, epoch, step, step_in_epoch,
+                              steps_per_epoch, epoch_progress   -> throughput_samples, and
+                              when epoch_progress is there a job_events row (kind "progress",
+                              the position as JSON) that the daemon reads as the job's progress
+    kind "batch_size_change": old_batch_size, new_batch_size, epoch, step -> batch_size_changes
+    kind "checkpoint":        path, step, ok                    -> checkpoints
+    kind "epoch_done":        epoch, step, batch_size           -> job_events (kind "epoch_done")
+
+The job is found by `job_pk` when given, else by the newest registration of (cluster, job_id) in
+the cluster's registry run (`shocksub --db` writes it at submission).
+
+Signed reports (why: one user must not inflate or deflate another's share). `shocksub` gives
+each job a random secret, `$SHOCKSLURM_REPORT_SECRET`, in its environment only (the job script
+is the user's, mode 0600), and registers only the key derived from it, `derive_key(secret)`
+(HMAC-SHA256 of a fixed label under the secret), in the job's registration. The helper adds
+
+    "sig": HMAC-SHA256(key, canonical JSON of the report without "sig") as hex
+
+and `check_report` (the one gate of every write path: the spool ingest and the helper's direct
+store writes) accepts a report only when its job is registered and the signature matches THAT
+registration's key. A report naming another job, signed with another secret, unsigned, or edited
+after signing is refused with a reason that names the claimed job, never a key or secret. Jobs
+registered without a key (before schema 0003, or plain `sbatch`) have unsigned reports; they
+are refused unless the daemon runs with `allow_unsigned_reports` (default false). The derived
+key is enough to forge that job's reports, so the store must stay unreadable to users (the
+spool is the multi-user path; direct store reporting is for trusted setups).
+"""
+
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+VERSION = 1
+SIG_FIELD = "sig"
+SECRET_ENV = "SHOCKSLURM_REPORT_SECRET"
+_KEY_LABEL = b"shockslurm report key v1"
+
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "throughput": {"samples_per_s": (int, float), "batch_size": int, "gpus": int},
+    "batch_size_change": {"old_batch_size": int, "new_batch_size": int},
+    "checkpoint": {"path": str, "step": int, "ok": bool},
+    "epoch_done": {"epoch": int, "step": int},
+}
+KINDS = tuple(_FIELDS)
+# What a throughput report's "progress" event keeps of the job's position.
+PROGRESS_KEYS = ("epoch_progress", "epoch", "epochs", "step", "step_in_epoch", "steps_per_epoch",
+                 "batch_size")
+
+
+# What the store's columns can hold: SQL BIGINT, and text that encodes as UTF-8.
+INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+class BadReport(ValueError):
+    """A report that cannot be ingested (the message says why)."""
+
+
+def _unstorable(key: str, value: Any) -> str | None:
+    """Why a top-level value cannot reach the store (a 2**70 int, a lone surrogate), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        return f"field {key!r} is out of the 64-bit integer range"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"field {key!r} is not valid Unicode text"
+    return None
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and kind is not bool:
+        return False
+    return isinstance(value, kind)
+
+
+def validate(report: Any) -> dict[str, Any]:
+    """The report if it is well formed; raises BadReport naming the problem otherwise."""
+    if not isinstance(report, dict):
+        raise BadReport(f"a report must be a JSON object, got {type(report).__name__}")
+    for key, value in report.items():
+        why = _unstorable(str(key), value)
+        if why is not None:
+            raise BadReport(why)
+    if report.get("v") != VERSION:
+        raise BadReport(f"unknown report version {report.get('v')!r}")
+    kind = report.get("kind")
+    if not isinstance(kind, str) or kind not in _FIELDS:   # a list/dict kind is unhashable
+        raise BadReport(f"unknown report kind {kind!r}")
+    if not _is(report.get("job_id"), int) and not _is(report.get("job_pk"), int):
+        raise BadReport("neither job_id nor job_pk is an integer")
+    if not _is(report.get("cluster", "slurm"), str):
+        raise BadReport("cluster must be a string")
+    time_s = report.get("time_s")
+    if not _is(time_s, (int, float)) or not math.isfinite(time_s):
+        raise BadReport(f"time_s must be a finite number, got {time_s!r}")
+    for field, ftype in _FIELDS[kind].items():
+        value = report.get(field)
+        if not _is(value, ftype):
+            raise BadReport(f"{kind}: field {field!r} is missing or not "
+                            f"{getattr(ftype, '__name__', ftype)}: {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadReport(f"{kind}: field {field!r} is not finite")
+    return report
+
+
+def derive_key(secret: str) -> str:
+    """The report key (hex) registered for a job whose secret is `secret`."""
+    return hmac.new(secret.encode("utf-8"), _KEY_LABEL, hashlib.sha256).hexdigest()
+
+
+def canonical(report: dict[str, Any]) -> bytes:
+    """The bytes a signature covers: the report without `sig`, key-sorted compact JSON."""
+    body = {k: v for k, v in report.items() if k != SIG_FIELD}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=True).encode("ascii")
+
+
+def signature(report: dict[str, Any], key: str) -> str:
+    return hmac.new(bytes.fromhex(key), canonical(report), hashlib.sha256).hexdigest()
+
+
+def sign(report: dict[str, Any], key: str) -> dict[str, Any]:
+    """Add `sig` to `report` (in place) with the job's key; returns the report."""
+    report[SIG_FIELD] = signature(report, key)
+    return report
+
+
+def check_report(session: Session, report: dict[str, Any], *,
+                 allow_unsigned: bool = False) -> int:
+    """The gate of every write path: the store key of the report's job when the report is well
+    formed, its job is registered and its signature matches that job's key; raises BadReport
+    with the reason (naming the claimed job, never a key) otherwise."""
+    from ..store.models import Job
+
+    validate(report)
+    claimed = (f"cluster {report.get('cluster')!r} job_id {report.get('job_id')!r} "
+               f"job_pk {report.get('job_pk')!r}")
+    job_pk = resolve_job_pk(session, report)
+    if job_pk is None:
+        raise BadReport(f"no registered job for {claimed}")
+    key = session.scalar(select(Job.report_key).where(Job.id == job_pk))
+    sig = report.get(SIG_FIELD)
+    if key is None:
+        if allow_unsigned:
+            return job_pk
+        raise BadReport(f"the job for {claimed} has no report key registered and unsigned "
+                        "reports are not allowed (allow_unsigned_reports)")
+    if not isinstance(sig, str):
+        raise BadReport(f"unsigned report for {claimed}, whose job requires signed reports")
+    try:
+        good = hmac.compare_digest(sig.encode("ascii"), signature(report, key).encode("ascii"))
+    except (UnicodeEncodeError, ValueError):
+        good = False
+    if not good:
+        raise BadReport(f"bad signature for {claimed} (another job's secret, or the report was "
+                        "changed after signing)")
+    return job_pk
+
+
+def resolve_job_pk(session: Session, report: dict[str, Any]) -> int | None:
+    """The store key of the report's job, or None when the store does not know it."""
+    from ..store.models import Job, Run
+    from ..store.repository import REGISTRY_KIND
+
+    job_pk = report.get("job_pk")
+    if _is(job_pk, int):
+        return job_pk if session.get(Job, job_pk) is not None else None
+    cluster = report.get("cluster") or "slurm"
+    return session.scalar(select(Job.id).join(Run, Job.run_id == Run.id)
+                          .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
+                                 Job.job_id == report["job_id"])
+                          .order_by(Job.submit_s.desc(), Job.id.desc()).limit(1))
+
+
+def add_rows(session: Session, report: dict[str, Any], job_pk: int) -> None:
+    """The rows of one validated report (the caller commits)."""
+    from ..store import repository as repo
+    from ..store.models import JobEvent
+
+    kind, t = report["kind"], float(report["time_s"])
+    if kind == "throughput":
+        repo.add_throughput_sample(session, job_pk, time_s=t,
+                                   samples_per_s=float(report["samples_per_s"]),
+                                   batch_size=report["batch_size"], gpus=report["gpus"])
+        progress = report.get("epoch_progress")
+        if _is(progress, (int, float)) and math.isfinite(progress) and progress >= 0:
+            detail = {k: report[k] for k in PROGRESS_KEYS if _is(report.get(k), (int, float))}
+            session.add(JobEvent(job_pk=job_pk, time_s=t, kind="progress",
+                                 detail=json.dumps(detail, sort_keys=True)))
+    elif kind == "batch_size_change":
+        repo.add_batch_size_change(session, job_pk, time_s=t, old=report["old_batch_size"],
+                                   new=report["new_batch_size"])
+    elif kind == "checkpoint":
+        repo.add_checkpoint(session, job_pk, time_s=t, path=report["path"],
+                            step=report["step"], ok=report["ok"])
+    elif kind == "epoch_done":
+        detail = {k: report[k] for k in ("epoch", "step", "batch_size", "epochs") if k in report}
+        session.add(JobEvent(job_pk=job_pk, time_s=t, kind="epoch_done",
+                             detail=json.dumps(detail, sort_keys=True)))
+    else:  # pragma: no cover - validate() rejects it first
+        raise BadReport(f"unknown report kind {kind!r}")

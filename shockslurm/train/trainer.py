@@ -1,0 +1,312 @@
+"""`ShockTrainer`: a few lines around a user's loop for checkpoint, stop-on-signal, exact resume
+and reports.
+
+    with ShockTrainer(model, optimizer, scheduler=sched, ckpt_dir=d, every_steps=50) as st:
+        for epoch, batch_size, batches in st.epochs(dataset, [32, 32, 64, 128]):
+            for step, (x, y) in batches:
+                ...forward, backward, optimizer.step()...
+                st.step()
+            sched.step()
+
+What it guarantees: when the job is stopped (SIGUSR1/SIGTERM, the stop file, `request_stop`) the
+current step finishes, a checkpoint is written and the process exits with code 0 (Slurm requeues
+the job; see `lease`); when it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in
+`ckpt_dir`) it loads the newest good checkpoint and continues with the same batches in the same
+order and the same RNG streams, so the final weights are bit-identical to an uninterrupted run
+(given deterministic kernels and the same number of threads/devices).
+
+The data order is a seeded permutation per epoch (`torch.randperm` with a generator seeded from
+`(seed, epoch)`) cut into batches of that epoch's size; the data position saved is
+(epoch, step in epoch, batch size), the sampler state is the seed. The batch size is fixed within
+an epoch and may change between epochs (`batch_size_schedule`: an int, a list indexed by epoch,
+a dict {first epoch: size}, or a callable epoch -> size); each change is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from . import _env
+from .checkpoint import CheckpointManager, capture, restore
+from .lease import Lease
+from .reports import Reporter, reporter_from_env
+
+log = logging.getLogger("shockslurm.train")
+
+Schedule = int | Sequence[int] | Mapping[int, int] | Callable[[int], int]
+
+
+def batch_size_for(schedule: Schedule, epoch: int) -> int:
+    """The batch size a schedule gives an epoch."""
+    if callable(schedule):
+        size = schedule(epoch)
+    elif isinstance(schedule, int):
+        size = schedule
+    elif isinstance(schedule, Mapping):
+        starts = sorted(k for k in schedule if k <= epoch)
+        if not starts:
+            raise ValueError(f"batch-size schedule has no entry at or before epoch {epoch}")
+        size = schedule[starts[-1]]
+    else:
+        seq = list(schedule)
+        if not seq:
+            raise ValueError("empty batch-size schedule")
+        size = seq[min(epoch, len(seq) - 1)]
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"batch size for epoch {epoch} must be a positive int, got {size!r}")
+    return size
+
+
+def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    """The epoch's sample order: independent of every global RNG, so resuming cannot shift it."""
+    gen = torch.Generator()
+    gen.manual_seed((int(seed) * 1_000_003 + int(epoch)) % (2 ** 63))
+    return torch.randperm(n, generator=gen)
+
+
+def fetch(dataset: Any, indices: torch.Tensor) -> Any:
+    """A batch: tensors / tuples of tensors are indexed at once, other datasets item by item."""
+    if isinstance(dataset, torch.Tensor):
+        return dataset[indices]
+    if isinstance(dataset, (tuple, list)) and dataset and all(
+            isinstance(t, torch.Tensor) for t in dataset):
+        return type(dataset)(t[indices] for t in dataset)
+    getitems = getattr(dataset, "__getitems__", None)
+    items = getitems(indices.tolist()) if getitems else [dataset[i] for i in indices.tolist()]
+    return torch.utils.data.default_collate(items)
+
+
+def _length(dataset: Any) -> int:
+    if isinstance(dataset, (tuple, list)) and dataset and all(
+            isinstance(t, torch.Tensor) for t in dataset):
+        return len(dataset[0])
+    return len(dataset)
+
+
+class ShockTrainer:
+    """Checkpoint / lease / report helper around a training loop (a context manager)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 *, ckpt_dir: str | os.PathLike[str], scheduler: Any = None, scaler: Any = None,
+                 every_steps: int | None = None, every_seconds: float | None = 600.0,
+                 keep: int = 3, seed: int = 0, check_every: int = 1,
+                 checkpoint_epochs: bool = False, exit_on_stop: bool = True, resume: bool = True,
+                 report_interval_s: float = 10.0, reporter: Reporter | None = None,
+                 lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.scheduler, self.scaler = scheduler, scaler
+        self.ckpt = CheckpointManager(ckpt_dir, keep=keep)
+        self.every_steps = every_steps
+        self.every_seconds = every_seconds
+        self.seed = seed
+        self.check_every = max(1, int(check_every))
+        self.checkpoint_epochs = checkpoint_epochs
+        self.exit_on_stop = exit_on_stop
+        self.resume_enabled = resume
+        self.report_interval_s = report_interval_s
+        self.reporter = reporter if reporter is not None else reporter_from_env(
+            min_interval_s=report_interval_s)
+        self.lease = lease if lease is not None else Lease()
+        self.extras: dict[str, Any] = dict(extras or {})
+        # position
+        self.global_step = 0
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.steps_per_epoch = 0
+        self.num_epochs: int | None = None
+        self.batch_size: int | None = None
+        self.resumed_from: Path | None = None
+        self.stopped = False
+        self.stop_reason: str | None = None
+        self.batch_size_changes: list[dict[str, int]] = []   # this process's, in order
+        # bookkeeping
+        self._last_save_step = -1
+        self._last_save_time = time.monotonic()
+        self._last_batch_len = 0
+        self._window_start = time.perf_counter()
+        self._window_samples = 0
+        self._entered = False
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self) -> "ShockTrainer":
+        self.lease.install()
+        self._entered = True
+        if self.resume_enabled:
+            self.resume()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.lease.close()
+        self.reporter.close()
+
+    # ------------------------------------------------------------------ checkpoint
+    def state(self) -> dict[str, Any]:
+        data = {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                "global_step": self.global_step, "sampler": "seeded-permutation",
+                "seed": self.seed, "num_epochs": self.num_epochs}
+        return capture(self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
+                       data=data, batch_size=self.batch_size, step=self.global_step,
+                       extras=self.extras)
+
+    def save(self) -> Path | None:
+        """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up)."""
+        path = None
+        ok = True
+        try:
+            path = self.ckpt.save(self.state(), self.global_step)
+        except OSError as exc:
+            ok = False
+            log.error("shockslurm.train: checkpoint at step %d failed: %s", self.global_step, exc)
+            if self.stopped:
+                raise
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        self._last_save_step = self.global_step
+        self._last_save_time = time.monotonic()
+        if self.ckpt.is_writer:
+            self.reporter.checkpoint(str(path or self.ckpt.path_for(self.global_step)),
+                                     self.global_step, ok)
+        return path
+
+    def resume(self) -> bool:
+        """Load the newest good checkpoint, if any; True when one was loaded."""
+        found = self.ckpt.load_latest()
+        if found is None:
+            if _env.restart_count() > 0:
+                log.warning("shockslurm.train: SLURM_RESTART_COUNT=%d but no good checkpoint in "
+                            "%s; starting from scratch", _env.restart_count(), self.ckpt.directory)
+            return False
+        path, state = found
+        restore(state, self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler)
+        data = state["data"]
+        self.global_step = int(state["step"])
+        self.epoch = int(data["epoch"])
+        self.step_in_epoch = int(data["step_in_epoch"])
+        self.batch_size = state.get("batch_size")
+        if data.get("seed") is not None and data["seed"] != self.seed:
+            log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
+                        "checkpoint's", data["seed"], self.seed)
+            self.seed = int(data["seed"])
+        self.extras = dict(state.get("extras") or {})
+        if self.optimizer is not None and self.global_step > 0:
+            # The optimizer did step in the previous life: spare the scheduler's "step() before
+            # optimizer.step()" warning when the resumed epoch has no batches left.
+            self.optimizer._opt_called = True  # type: ignore[attr-defined]
+        self.resumed_from = path
+        self._last_save_step = self.global_step
+        self._resume_pending = True
+        log.info("shockslurm.train: resumed from %s (step %d, epoch %d, step in epoch %d, batch "
+                 "size %s)", path, self.global_step, self.epoch, self.step_in_epoch,
+                 self.batch_size)
+        return True
+
+    # ------------------------------------------------------------------ data
+    def epochs(self, dataset: Any, batch_size_schedule: Schedule, num_epochs: int | None = None,
+               *, shuffle: bool = True) -> Iterator[tuple[int, int, Iterator[tuple[int, Any]]]]:
+        """Yield (epoch, batch size, batches) from the current position on; `batches` yields
+        (step in epoch, batch). After a resume, the interrupted epoch comes first with only its
+        remaining batches (possibly none, so that per-epoch code after the inner loop runs)."""
+        if num_epochs is None:
+            if isinstance(batch_size_schedule, Sequence):
+                num_epochs = len(batch_size_schedule)
+            else:
+                raise ValueError("give num_epochs (the schedule does not say how many)")
+        self.num_epochs = num_epochs
+        n = _length(dataset)
+        resumed = getattr(self, "_resume_pending", False)
+        self._resume_pending = False
+        epoch = self.epoch
+        while epoch < num_epochs:
+            if resumed and epoch == self.epoch and self.step_in_epoch > 0 and (
+                    self.batch_size is not None):
+                size = int(self.batch_size)           # the interrupted epoch keeps its size
+                start = self.step_in_epoch
+            else:
+                size = batch_size_for(batch_size_schedule, epoch)
+                start = 0
+                if self.batch_size is not None and size != self.batch_size:
+                    change = {"step": self.global_step, "epoch": epoch,
+                              "old": int(self.batch_size), "new": size}
+                    self.batch_size_changes.append(change)
+                    self.reporter.batch_size_change(change["old"], size, epoch=epoch,
+                                                    step=self.global_step)
+                    log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
+                             change["old"], size, epoch, self.global_step)
+            resumed = False
+            self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
+            self.steps_per_epoch = math.ceil(n / size)
+            self._window_start, self._window_samples = time.perf_counter(), 0
+            yield epoch, size, self._batches(dataset, n, size, start, shuffle)
+            if self.stopped:
+                return
+            self.reporter.epoch_done(epoch, self.global_step, batch_size=size,
+                                     epochs=num_epochs)
+            epoch += 1
+            if epoch >= num_epochs or self.checkpoint_epochs:
+                # Position "start of the next epoch", taken after the user's per-epoch code, so a
+                # restart after the end (or from an epoch checkpoint) does not run it twice.
+                self.epoch, self.step_in_epoch = epoch, 0
+                self.save()
+        self.epoch, self.step_in_epoch = num_epochs, 0
+
+    def _batches(self, dataset: Any, n: int, size: int, start: int,
+                 shuffle: bool) -> Iterator[tuple[int, Any]]:
+        order = permutation(self.seed, self.epoch, n) if shuffle else torch.arange(n)
+        steps = math.ceil(n / size)
+        for k in range(start, steps):
+            if self.stopped:
+                return
+            idx = order[k * size:(k + 1) * size]
+            self._last_batch_len = len(idx)
+            yield k, fetch(dataset, idx)
+
+    # ------------------------------------------------------------------ per step
+    def step(self, samples: int | None = None) -> bool:
+        """Call after each optimizer step. Checkpoints on schedule; on a stop request finishes
+        here: checkpoint, then `SystemExit(0)` (or returns True with exit_on_stop=False)."""
+        self.global_step += 1
+        self.step_in_epoch += 1
+        self._window_samples += self._last_batch_len if samples is None else int(samples)
+        now = time.perf_counter()
+        elapsed = now - self._window_start
+        if elapsed >= self.report_interval_s:
+            self.reporter.throughput(
+                self._window_samples / elapsed, int(self.batch_size or 0),
+                epoch=self.epoch, epochs=self.num_epochs, step=self.global_step,
+                step_in_epoch=self.step_in_epoch, steps_per_epoch=self.steps_per_epoch,
+                epoch_progress=self.epoch + self.step_in_epoch / max(1, self.steps_per_epoch))
+            self._window_start, self._window_samples = now, 0
+        due = (self.every_steps is not None and self.global_step % self.every_steps == 0) or (
+            self.every_seconds is not None
+            and time.monotonic() - self._last_save_time >= self.every_seconds)
+        if due:
+            self.save()
+        if self.global_step % self.check_every == 0 and self.lease.should_stop():
+            return self._stop()
+        return False
+
+    def request_stop(self, reason: str = "requested") -> None:
+        self.lease.request_stop(reason)
+
+    def _stop(self) -> bool:
+        self.stop_reason = self.lease.reason or "stop requested"
+        if self._last_save_step != self.global_step:
+            self.save()
+        self.stopped = True
+        log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written, exiting 0 "
+                    "for Slurm to requeue", self.global_step, self.stop_reason)
+        if self.exit_on_stop:
+            self.close()
+            raise SystemExit(0)
+        return True

@@ -1,0 +1,47 @@
+"""Shared fixtures: small hand-made jobs, and the reference data beside the repository."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from shockslurm.model import JobSpec, JobView
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SHOCKSLURM_SHARED_DATA",
+                                  REPO.parent / "shared" / "data" / "shockwave-120"))
+
+
+@pytest.fixture(scope="session")
+def reference_data() -> Path:
+    if not (SHARED_DATA / "trace-120jobs.tsv").exists():
+        pytest.skip(f"reference data not found at {SHARED_DATA} (set SHOCKSLURM_SHARED_DATA)")
+    return SHARED_DATA
+
+
+def make_spec(job_id: int = 0, *, epochs: int = 4, bs: int = 32, gang: int = 1,
+              arrival: float = 0.0, samples: int = 1000, ips: float = 1.0,
+              schedule: list[int] | None = None, mode: str = "static",
+              throughput: dict[int, float] | None = None, model: str = "ResNet-18") -> JobSpec:
+    """A job whose epoch at batch size `bs` lasts `ceil(samples/bs)/ips` seconds."""
+    schedule = schedule or [bs] * epochs
+    rates = throughput or {b: ips for b in set(schedule)}
+    return JobSpec(job_id=job_id, job_type=f"{model} (batch size {schedule[0]})", model=model,
+                   dataset="CIFAR-10", samples_per_epoch=samples, gang_size=gang,
+                   arrival_s=arrival, mode=mode, batch_sizes=tuple(schedule),
+                   epoch_durations=tuple(samples / b / rates[b] for b in schedule),
+                   throughput=rates)
+
+
+def make_view(job_id: int = 0, *, gang: int = 1, ips: float = 1.0, remaining: float = 100.0,
+              arrival: float = 0.0, ran_last_round: bool = False, run_time: float = 0.0,
+              epochs: int = 10, done: float = 0.0) -> JobView:
+    return JobView(job_id=job_id, gang_size=gang, arrival_s=arrival, num_epochs=epochs,
+                   epochs_done=done, batch_size=32, iterations_per_s=ips,
+                   remaining_iterations=remaining, iterations_per_epoch=10,
+                   observed_batch_sizes=(), profile_batch_sizes=(32,) * epochs,
+                   profile_epoch_durations=(10.0 / ips,) * epochs,
+                   exclusive_runtime_s=10.0 * epochs / ips, run_time_s=run_time,
+                   ran_last_round=ran_last_round)

@@ -1,0 +1,52 @@
+"""The real Slurm test cluster for integration tests (`@pytest.mark.slurm`).
+
+The session fixture starts the project's cluster (`shockslurm/slurm/testcluster.sh`: Debian's
+slurm-wlm 22.05, 4 nodes x 8 fake GPUs on 127.0.0.1, our job_submit.lua) unless a controller
+already answers. It fails, never skips, when the cluster cannot be had: CI must exercise Slurm.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "shockslurm" / "slurm" / "testcluster.sh"
+
+
+@dataclass(frozen=True)
+class SlurmTestCluster:
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def _controller_up() -> bool:
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "is UP" in out.stdout
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmTestCluster:
+    if not _controller_up():
+        result = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True,
+                                timeout=600, env={**os.environ})
+        if result.returncode != 0 or not _controller_up():
+            pytest.fail(f"could not start the Slurm test cluster ({SCRIPT} start):\n"
+                        f"{result.stdout}\n{result.stderr}")
+    info = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"], capture_output=True,
+                          text=True, timeout=10).stdout.split("\n")
+    rows = sorted({line.split()[0]: line for line in info if line.strip()}.values())
+    gpus = [int(r.split("gpu:")[-1].split("(")[0]) for r in rows if "gpu:" in r]
+    if not gpus:
+        pytest.fail(f"the Slurm test cluster has no GPU nodes: {info}")
+    return SlurmTestCluster(nodes=len(gpus), gpus_per_node=max(gpus))

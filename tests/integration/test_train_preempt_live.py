@@ -1,0 +1,240 @@
+"""Issue 6 end to end on the real Slurm test cluster (CPU torch): `examples/train_mnist_like.py`,
+submitted with `shocksub`, is stopped by the daemon at least twice mid-training, resumes, and
+finishes with weights bit-identical to an uninterrupted local run; its reports (through a spool
+that the daemon ingests) put throughput samples and batch-size changes in the store, and the
+daemon's view of the job (the forecaster's input) carries the reported batch size, per-epoch
+batch sizes and measured throughput.
+
+How the daemon is made to preempt it: the daemon runs in-process (`job_filter`: only this test's
+jobs) with `gandiva_fair` (time slicing, re-solved at once), 6 s rounds and a 3 s grace; a rival
+managed job asks for the whole cluster (all nodes x all GPUs), so the two can never run together
+and the policy alternates them. The rival is `worker.py` (no torch) and is cancelled at the end.
+The trainer sleeps 80 ms a step so that its 240 steps (~20 s) span several rounds; the uninterrupted
+reference run does not sleep (sleeping changes no number).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shockslurm.daemon import build_daemon, parse_config
+from shockslurm.forecast import ForecastState, forecast
+from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.types import JobState
+from shockslurm.store import open_store
+from shockslurm.store import repository as repo
+from shockslurm.store.models import BatchSizeChange, Checkpoint, Job, JobEvent, ThroughputSample
+
+torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_mnist_like.py"
+WORKER = Path(__file__).resolve().parent / "worker.py"
+EPOCHS = 8                 # SCHEDULE 32, 32, 64, 128, ...: 64 + 64 + 32 + 5 x 16 = 240 steps
+STEP_SLEEP_S = 0.08
+EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
+TIMEOUT_S = 200
+RUN_RE = re.compile(r"^shocksub: job (\d+) run (\d+) on ")
+
+
+def _train_args(ckpt: Path, out: Path) -> list[str]:
+    return [str(EXAMPLE), "--ckpt-dir", str(ckpt), "--epochs", str(EPOCHS), "--seed", "7",
+            "--threads", "1", "--out", str(out)]
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHOCKSLURM_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
+    env.update(OMP_NUM_THREADS="1", **more)
+    return env
+
+
+def _wait_for_free_partition(backend: CliBackend, timeout_s: float = 90.0) -> None:
+    """The rival needs every node: wait for other jobs (e.g. another test's) to drain."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        busy = [j for j in backend.jobs() if j.state.holds_gpus and "gpu" in j.partition]
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"the gpu partition is still busy after {timeout_s:.0f} s: "
+                        f"{[(j.job_id, j.name, j.state.value) for j in busy]}")
+        time.sleep(2)
+
+
+def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_path: Path,
+                                                                         slurm_cluster):
+    tmp = tmp_path
+    (tmp / "state").mkdir()
+    spool = tmp / "spool"
+    db = f"sqlite:///{tmp / 'store.db'}"
+
+    # (a) the uninterrupted reference, locally
+    ref = subprocess.run([sys.executable, *_train_args(tmp / "ref-ck", tmp / "ref.pt"),
+                          "--quiet"], capture_output=True, text=True, timeout=180, env=_env())
+    assert ref.returncode == 0, ref.stderr
+    reference = torch.load(tmp / "ref.pt")
+
+    backend = CliBackend()
+    _wait_for_free_partition(backend)
+    ours: set[int] = set()
+    train_id = rival_id = None
+    try:
+        # (b) the training job, through shocksub, reporting to the spool
+        argv = [sys.executable, "-m", "shockslurm.cli.shocksub", "--gpus", "8",
+                "--partition", "gpu", "--job-name", "shockit-train", "--model", "mnist-like",
+                "--epochs", str(EPOCHS), "--samples-per-epoch", "2048",
+                "--batch-sizes", "32,64,128", "--batch-size", "32",
+                "--epoch-seconds", str(EPOCH_SECONDS), "--output", str(tmp / "%x-%j.out"),
+                "--script-dir", str(tmp / "scripts"), "--db", db, "--",
+                sys.executable, *_train_args(tmp / "ck", tmp / "final.pt"),
+                "--sleep", str(STEP_SLEEP_S), "--report-interval", "0.5"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp,
+                             env=_env(SHOCKSLURM_SPOOL=str(spool)))
+        assert out.returncode == 0, out.stderr
+        train_id = int(out.stdout.strip().splitlines()[-1])
+        ours.add(train_id)
+        # the rival: the whole cluster, so it never runs beside the trainer
+        spec = json.dumps({"model": "rival", "epochs": 100, "epoch_seconds": 5},
+                          separators=(",", ":"))
+        rival = subprocess.run(
+            ["sbatch", "--parsable", "--partition=gpu", f"--nodes={slurm_cluster.nodes}",
+             f"--gres=gpu:{slurm_cluster.gpus_per_node}", "--requeue",
+             "--job-name=shockit-rival", f"--comment=shock:spec={spec}",
+             "-o", str(tmp / "rival-%j.out"),
+             "--wrap", f"exec {sys.executable} {WORKER} --target 5000 --state {tmp / 'state'}"],
+            capture_output=True, text=True, timeout=30, cwd=tmp, env=_env())
+        assert rival.returncode == 0, rival.stderr
+        rival_id = int(rival.stdout.strip().split(";")[0])
+        ours.add(rival_id)
+
+        cfg = parse_config({"daemon": {"round_seconds": 6, "grace_seconds": 3,
+                                       "policy": "gandiva_fair", "partitions": ["gpu"],
+                                       "db": db, "stop_timeout_seconds": 20,
+                                       "spool_dir": str(spool),
+                                       # the most stops it can get in ~20 s of training: no
+                                       # minimum run time (the churn bounds are tested in
+                                       # tests/test_churn.py; the per-day and checkpoint
+                                       # bounds stay on, and the trainer's good checkpoints
+                                       # must keep it preemptible)
+                                       "min_run_seconds": 0},
+                            "policy": {"min_resolve_interval_s": 0, "idle_unallocated": False}})
+        engine = open_store(db, create=True)
+        lines: list[str] = []
+        daemon = build_daemon(cfg, backend, engine=engine, job_filter=lambda j: j.job_id in ours,
+                              emit=lines.append)
+        cluster = daemon.cluster
+        assert cluster.churn.min_run_seconds == 0
+        views = []          # (round, view of the trainer, progress it was built from, plan)
+
+        class Recorder:
+            def on_round(self, snapshot, plan, solve_s):
+                live = cluster.jobs.get(train_id)
+                if live is not None and any(v.job_id == train_id for v in snapshot.jobs):
+                    views.append((snapshot.round_index, snapshot.job(train_id), live.progress,
+                                  train_id in plan.run))
+
+        daemon.loop.observers.append(Recorder())
+        seen = [False]
+        deadline = time.monotonic() + TIMEOUT_S
+
+        def finished() -> bool:
+            present = train_id in cluster.jobs
+            seen[0] = seen[0] or present
+            return (seen[0] and not present) or time.monotonic() > deadline
+
+        cluster.finished = finished  # type: ignore[method-assign]
+        t0 = time.monotonic()
+        daemon.loop.run()
+        elapsed = time.monotonic() - t0
+        log = "\n".join(lines)
+        print(f"{daemon.loop.stats.rounds} rounds in {elapsed:.0f} s", log, sep="\n")
+
+        state = {j.job_id: j.state for j in backend.jobs()}.get(train_id)
+        output = next(tmp.glob(f"shockit-train-{train_id}.out")).read_text()
+        assert state is JobState.COMPLETED, (f"trainer {state} after {elapsed:.0f} s\n{log}\n"
+                                             f"{output[-3000:]}")
+
+        # (c) bit-identical to the uninterrupted run
+        final = torch.load(tmp / "final.pt")
+        assert final.keys() == reference.keys()
+        for name in reference:
+            assert torch.equal(final[name], reference[name]), f"{name} differs"
+
+        # ... after at least two stops, each announced by the signal and a checkpoint
+        runs: list[int] = []
+        signalled_before: list[bool] = []
+        signalled = False
+        for line in output.splitlines():
+            m = RUN_RE.match(line)
+            if m:
+                runs.append(int(m.group(2)))
+                signalled_before.append(signalled)
+                signalled = False
+            elif "after SIGUSR1" in line or ("stopping at step" in line and "SIGUSR1" in line):
+                signalled = True
+        seen_views = [(r, round(v.epochs_done, 2), v.batch_size, round(v.iterations_per_s, 1),
+                       p.source if p else None) for r, v, p, _ in views]
+        print(f"trainer runs {runs}; views (round, epochs, bs, it/s, source): {seen_views}")
+        assert runs == list(range(len(runs))) and len(runs) >= 3, (runs, output[-3000:])
+        assert all(signalled_before[1:]), (runs, signalled_before, output[-3000:])
+        assert output.count("checkpoint written") >= 2, output[-3000:]
+        assert output.count("resumed ") >= 2 and "finished step 240" in output
+
+        # the store: the trainer's throughput samples and batch-size changes (ingested by the
+        # daemon; what the last run reported after the last round is ingested once more here)
+        daemon.progress.ingest()
+        with Session(engine) as s:
+            pk = s.scalar(select(Job.id).where(Job.job_id == train_id)
+                          .join(Job.run).where(repo.Run.kind == repo.REGISTRY_KIND))
+            samples = repo.throughput_history(s, pk)
+            assert len(samples) >= 3 and all(x.samples_per_s > 0 for x in samples)
+            assert {x.batch_size for x in samples} >= {32}
+            changes = [(c.old_batch_size, c.new_batch_size) for c in s.scalars(
+                select(BatchSizeChange).where(BatchSizeChange.job_pk == pk)
+                .order_by(BatchSizeChange.time_s))]
+            assert changes == [(32, 64), (64, 128)], changes
+            assert s.scalars(select(Checkpoint).where(Checkpoint.job_pk == pk)).first()
+            epoch_ends = s.scalars(select(JobEvent).where(JobEvent.job_pk == pk,
+                                                          JobEvent.kind == "epoch_done")).all()
+            assert len({json.loads(e.detail)["epoch"] for e in epoch_ends}) == EPOCHS
+            assert repo.count(s, ThroughputSample) == len(samples)
+        assert daemon.progress.ingested > 0
+        engine.dispose()
+
+        # the daemon's rounds saw the reports: progress, batch size, per-epoch sizes, speed
+        reported = [(r, v, p) for r, v, p, _ in views if p is not None and p.source == "reports"]
+        assert reported, views
+        grown = [(r, v) for r, v, _ in reported if v.batch_size > 32]
+        assert grown, [(r, v.batch_size, v.epochs_done) for r, v, _ in reported]
+        r, v = grown[0]
+        schedule = [32, 32, 64] + [128] * EPOCHS
+        assert v.observed_batch_sizes == tuple(schedule[:int(v.epochs_done)])
+        assert v.batch_size == schedule[int(v.epochs_done)]
+        spec_ips = 64 / EPOCH_SECONDS                  # what the spec alone would say
+        assert v.iterations_per_s > 3 * spec_ips, (v.iterations_per_s, spec_ips)
+        # and the forecast moves with them: the same view with the spec's batch size / speed
+        # and no history (what the run-time estimate gives) forecasts something else
+        blind = replace(v, batch_size=32, iterations_per_epoch=64,
+                        observed_batch_sizes=(32,) * int(v.epochs_done),
+                        iterations_per_s=spec_ips)
+        got, without = forecast(v, ForecastState(train_id)), forecast(blind, ForecastState(0))
+        assert got.remaining_s != pytest.approx(without.remaining_s), (got, without)
+        # runs were interrupted while the trainer was in the plan: it was stopped mid-training
+        assert sum(1 for _, _, _, planned in views if not planned) >= 2
+    finally:
+        if ours:
+            subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs and run it (developers and CI alike).
+#   bash tests/run.sh [pytest args...]
+# Works on a fresh Debian 12 as root: installs python3-venv when missing, builds .venv, installs
+# the package with its test extras, then runs pytest. pytest's exit code 5 ("no tests
+# collected", e.g. a -k that matches nothing) is reported and treated as success.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  echo "tests/run.sh: installing python3-venv"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    python3 python3-venv python3-pip >/dev/null
+fi
+
+# PostgreSQL for tests/test_store.py (127.0.0.1:5432, trust auth, database `test`): start the
+# local cluster when it is installed but down; install it only when it is missing entirely.
+pg_up() { command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h 127.0.0.1 -p 5432; }
+if ! pg_up; then
+  if ! command -v pg_ctlcluster >/dev/null 2>&1 && [ ! -d /etc/postgresql ]; then
+    echo "tests/run.sh: installing postgresql"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    fresh_pg=1
+  fi
+  if command -v pg_ctlcluster >/dev/null 2>&1 && [ -d /etc/postgresql ]; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start \
+      || echo "tests/run.sh: could not start PostgreSQL; its store tests will skip"
+  fi
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  if pg_up && [ "${fresh_pg:-0}" = 1 ]; then
+    hba=$(su postgres -c "psql -tAc 'SHOW hba_file'")
+    sed -i -E 's/^(host\s+all\s+all\s+127\.0\.0\.1\/32\s+)\S+/\1trust/' "$hba"
+    su postgres -c "psql -qc 'SELECT pg_reload_conf()'" >/dev/null
+    su postgres -c "createdb test" 2>/dev/null || true
+  fi
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# CPU torch for the training helper's tests (tests/test_train_*.py); a local wheel answers this pin.
+.venv/bin/python -m pip install -q torch==2.13.0
+
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "tests/run.sh: pytest collected no tests (exit 5); nothing failed"
+  exit 0
+fi
+exit "$rc"

@@ -1,0 +1,123 @@
+"""SlurmCluster on a fake backend: two reads per observe, journal before each call, retries by
+re-diffing, capacity net of foreign jobs, specs from the comment."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from shockslurm.model import RoundPlan
+from shockslurm.slurm.live import SlurmCluster
+from shockslurm.slurm.specs import spec_from_comment
+from shockslurm.slurm.types import CommandResult, JobState, SlurmJob, SlurmNode
+
+from .test_enact import job
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, jobs, fail: set[str] = frozenset()):
+        self._jobs = list(jobs)
+        self.calls: Counter[str] = Counter()
+        self.log: list[tuple[str, ...]] = []
+        self.fail = set(fail)
+
+    def jobs(self):
+        self.calls["jobs"] += 1
+        return list(self._jobs)
+
+    def nodes(self):
+        self.calls["nodes"] += 1
+        return [SlurmNode(f"gpu0{i}", "idle", 8, 0, ("gpu",)) for i in range(1, 5)]
+
+    def run(self, argv):
+        argv = tuple(argv)
+        self.log.append(argv)
+        if argv[1] in self.fail:
+            return CommandResult(argv, 1, "", "boom", 0.0)
+        if argv[1] == "requeuehold":   # the stopped jobs go back to held pending at once
+            ids = {int(i) for i in argv[2].split(",")}
+            self._jobs = [replace(j, state=JobState.PENDING, priority=0,
+                                  restart_count=j.restart_count + 1)
+                          if j.job_id in ids else j for j in self._jobs]
+        return CommandResult(argv, 0, "", "", 0.0)
+
+
+class ListJournal:
+    def __init__(self, backend):
+        self.backend, self.events = backend, []
+
+    def begin_round(self, snapshot, plan, jobs):
+        self.events.append(("round", len(jobs)))
+
+    def intent(self, step):
+        self.events.append(("intent", step.argv, len(self.backend.log)))
+        return step
+
+    def outcome(self, handle, result):
+        self.events.append(("outcome", result.argv, result.returncode))
+
+
+def test_observe_reads_twice_and_nets_foreign_gpus():
+    foreign = replace(job(9, JobState.RUNNING, managed=False), gpus_per_node=3)
+    b = FakeBackend([job(1), job(2, JobState.RUNNING), foreign,
+                     job(3, JobState.COMPLETED)])
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    snap = c.observe(100.0)
+    assert b.calls == Counter({"jobs": 1, "nodes": 1})
+    assert snap.gpus == 32 - 3
+    assert sorted(v.job_id for v in snap.jobs) == [1, 2]
+    view = snap.job(1)
+    assert view.num_epochs == 3 and view.gang_size == 2 and view.iterations_per_s > 0
+
+
+def test_intent_written_before_each_call_and_failed_release_retried():
+    b = FakeBackend([job(1, JobState.RUNNING), job(2)], fail={"release"})
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    c.journal = j = ListJournal(b)
+    c.enact(RoundPlan(frozenset({2})), c.observe(0.0))
+    intents = [e for e in j.events if e[0] == "intent"]
+    assert [e[1][:2] for e in intents] == [("scancel", "--signal=USR1"),
+                                           ("scontrol", "requeuehold"), ("scontrol", "release")]
+    # every intent was recorded when the backend had not yet run that command
+    assert [e[2] for e in intents] == [0, 1, 2]
+    assert c.last_stats.failed_calls == 1
+    b.fail = set()
+    b.log.clear()
+    c.enact(RoundPlan(frozenset({2})), c.observe(6.0))
+    assert b.log == [("scontrol", "release", "2")]
+    assert b.calls["jobs"] == 3   # 2 observes + 1 stop poll in round 1
+    assert spec_from_comment('shock:spec={"epochs":3};shock:managed') == {"epochs": 3}
+
+
+def test_stop_when_idle():
+    b = FakeBackend([job(1)])
+    c = SlurmCluster(b, stop_when_idle=True)
+    c.observe(0.0)
+    assert not c.finished()
+    b._jobs = [replace(b._jobs[0], state=JobState.COMPLETED)]
+    c.observe(5.0)
+    assert c.finished()
+    assert c.next_round_start(5.0, 120.0) == 125.0
+
+
+def test_job_that_finished_before_the_signal_is_not_requeued():
+    b = FakeBackend([job(1, JobState.RUNNING), job(3, JobState.RUNNING)])
+    original = b.run
+
+    def run(argv):
+        if argv[0] == "scancel":
+            b.log.append(tuple(argv))
+            b._jobs = [replace(j, state=JobState.COMPLETED) if j.job_id == 1 else j
+                       for j in b._jobs]
+            return CommandResult(tuple(argv), 1, "",
+                                 "scancel: error: Kill job error on job id 1: Invalid job id "
+                                 "specified\n", 0.0)
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    c.enact(RoundPlan(frozenset()), c.observe(0.0))
+    assert ("scontrol", "requeuehold", "3") in b.log
+    assert not any(a[1] == "requeuehold" and "1" in a[2].split(",") for a in b.log)

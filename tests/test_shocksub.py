@@ -1,0 +1,335 @@
+"""shocksub: golden job scripts, the sbatch argv, hostile input, and the scripts' bash at run time.
+
+The job scripts are also *run* here with fake `srun`/`scontrol`/`torchrun` on PATH, so quoting,
+the restart bound, GPU counting and signal forwarding are checked without a Slurm cluster.
+Regenerate the golden files with `SHOCKSLURM_UPDATE_GOLDEN=1 pytest tests/test_shocksub.py`,
+then review the diff by eye.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shockslurm.cli.shocksub import main
+from shockslurm.errors import InputError
+from shockslurm.slurm.submit import (JobRequest, SubmitError, load_template, parse_job_id,
+                                     render_script, sbatch_argv, submit)
+
+GOLDEN = Path(__file__).parent / "golden"
+REPO = Path(__file__).resolve().parents[1]
+HOSTILE_ARGS = ["$(rm -rf /)", "'", '"', ";", "a b", "`id`", "$HOME", "\\", "*", "--x", "", "&&|<>"]
+
+SINGLE = JobRequest(job_name="resnet18-cifar", gpus=2, model="ResNet-18", epochs=30,
+                    samples_per_epoch=50000, batch_sizes=(32, 64, 128), batch_size=32,
+                    command=("python", "train.py", "--lr", "0.1"), partition="gpu",
+                    time="4:00:00")
+MULTI = JobRequest(job_name="resnet50-imagenet", gpus=4, nodes=2, model="ResNet-50", epochs=10,
+                   samples_per_epoch=100000, batch_sizes=(16, 32, 64, 128), batch_size=64,
+                   script="train.py", command=("--lr", "0.4"), mode="gns", template="multi_node",
+                   account="teamA", qos="normal", cpus_per_gpu=8, grace_seconds=120,
+                   max_restarts=10)
+
+
+def _render(req: JobRequest) -> str:
+    return render_script(req, load_template(req.template))
+
+
+@pytest.mark.parametrize("req", [SINGLE, MULTI], ids=["single_node", "multi_node"])
+def test_golden_script(req: JobRequest) -> None:
+    path = GOLDEN / f"{req.template}.sbatch"
+    text = _render(req)
+    if os.environ.get("SHOCKSLURM_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_sbatch_argv() -> None:
+    argv = sbatch_argv(SINGLE, "/tmp/s.sbatch")
+    spec = ('{"batch_size":32,"batch_sizes":[32,64,128],"epochs":30,"mode":"static",'
+            '"model":"ResNet-18","samples_per_epoch":50000}')
+    assert argv == ["sbatch", "--parsable", "--job-name=resnet18-cifar", "--nodes=1",
+                    "--gres=gpu:2", "--partition=gpu", "--time=4:00:00", "--output=%x-%j.out",
+                    "--open-mode=append", "--requeue", "--signal=B:USR1@60",
+                    f"--comment=shock:spec={spec}", "/tmp/s.sbatch"]
+    multi = sbatch_argv(MULTI, "m.sbatch")
+    assert "--gres=gpu:4" in multi and "--nodes=2" in multi and "--cpus-per-gpu=8" in multi
+    assert "--signal=B:USR1@120" in multi and "--account=teamA" in multi
+    assert not any("gres/gpu" in a for a in multi)
+    comment = next(a for a in multi if a.startswith("--comment="))
+    assert json.loads(comment.removeprefix("--comment=shock:spec=")) == MULTI.spec
+    assert not any(c in comment for c in "\n\r\x00; ")
+
+
+def test_templates_ship_as_package_data_and_top_level_link() -> None:
+    for name in ("single_node", "multi_node"):
+        assert (REPO / "sbatch_templates" / f"{name}.sbatch").read_text() == load_template(name)
+
+
+def test_unknown_placeholder_is_an_error() -> None:
+    with pytest.raises(KeyError):
+        render_script(SINGLE, "echo ${no_such_thing}\n")
+    assert render_script(SINGLE, "echo $HOME ${HOME} $$ $! ${#A[@]}\n") == \
+        "echo $HOME ${HOME} $$ $! ${#A[@]}\n"
+
+
+@pytest.mark.parametrize("name", ["a;b", "$(id)", "a'b", 'a"b', "a\nb", "a b", "", "x" * 65,
+                                  "a\x00b", "`id`"])
+def test_hostile_job_name_rejected(name: str) -> None:
+    with pytest.raises(InputError) as err:
+        replace(SINGLE, job_name=name)
+    assert err.value.field == "job_name"
+    result = CliRunner().invoke(main, ["--job-name", name, "--model", "ResNet-18", "--epochs", "1",
+                                       "--dry-run", "--", "true"])
+    assert result.exit_code == 2
+    assert "--job-name" in result.output
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"gpus": 0}, "gpus"), ({"gpus": 65}, "gpus"), ({"nodes": 0}, "nodes"),
+    ({"command": ()}, "command"), ({"batch_sizes": (64, 32)}, "batch_sizes"),
+    ({"batch_sizes": (0, 32)}, "batch_sizes"), ({"batch_sizes": (32, 32)}, "batch_sizes"),
+    ({"batch_size": 48}, "batch_size"), ({"command": ("echo", "a\nb")}, "command"),
+    ({"command": ("echo", "a\x00b")}, "command"), ({"nodes": 2}, "template"),
+    ({"time": "4h"}, "time"), ({"output": "my log.out"}, "output"),
+    ({"output": 'x"y'}, "output"), ({"partition": "gpu;rm"}, "partition"),
+    ({"mode": "fast"}, "mode"), ({"model": "Res Net"}, "model"), ({"epochs": 0}, "epochs"),
+    ({"grace_seconds": 0}, "grace_seconds"), ({"script": "a\nb"}, "script"),
+])
+def test_validation_names_the_field(changes: dict, field: str) -> None:
+    with pytest.raises(InputError) as err:
+        replace(SINGLE, **changes)
+    assert err.value.field == field
+    assert isinstance(err.value, ValueError)
+
+
+def test_hostile_command_reaches_program_literally() -> None:
+    req = replace(SINGLE, command=("printf", "%s\\n", *HOSTILE_ARGS))
+    line = render_script(req, "${command}\n")
+    subprocess.run(["bash", "-n"], input=line, text=True, check=True)
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True)
+    assert out.stdout == "".join(a + "\n" for a in HOSTILE_ARGS)
+
+
+# --- running the real job scripts with fake Slurm tools ------------------------------------
+
+FAKE_TOOLS = {
+    # srun: drop its own --options, run the rest in place (exec keeps the PID for signals).
+    "srun": '#!/bin/bash\nwhile [ $# -gt 0 ] && [[ "$1" == --* ]]; do shift; done\nexec "$@"\n',
+    "scontrol": '#!/bin/bash\necho gpu01\necho gpu02\n',
+    "torchrun": "#!/bin/bash\nprintf 'torchrun-arg=%s\\n' \"$@\"\n",
+}
+
+
+@pytest.fixture()
+def fake_slurm(tmp_path: Path) -> dict[str, str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in FAKE_TOOLS.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(stat.S_IRWXU)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "CUDA_VISIBLE_DEVICES"))}
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    return env
+
+
+def _run_script(req: JobRequest, env: dict[str, str], tmp_path: Path,
+                **extra_env: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "job.sbatch"
+    script.write_text(_render(req))
+    return subprocess.run(["bash", str(script)], env={**env, **extra_env}, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_single_node_script_runs_hostile_command(fake_slurm: dict, tmp_path: Path) -> None:
+    req = replace(SINGLE, command=("printf", "%s\\n", *HOSTILE_ARGS))
+    res = _run_script(req, fake_slurm, tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("shocksub: job ? run 0")
+    assert lines[1:] == HOSTILE_ARGS
+
+
+def test_single_node_script_exports_spec_and_gpus(fake_slurm: dict, tmp_path: Path) -> None:
+    code = ("import json, os; print(json.loads(os.environ['SHOCKSLURM_JOB_SPEC'])['model'], "
+            "os.environ['SHOCKSLURM_GPUS_ON_NODE'])")
+    req = replace(SINGLE, command=(sys.executable, "-c", code))
+    res = _run_script(req, fake_slurm, tmp_path, CUDA_VISIBLE_DEVICES="3,4,5",
+                      SLURM_GPUS="8", SLURM_GPUS_ON_NODE="3")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "ResNet-18 3"
+    res = _run_script(req, fake_slurm, tmp_path, SLURM_GPUS_ON_NODE="5", SLURM_GPUS="8")
+    assert res.stdout.splitlines()[-1] == "ResNet-18 5"
+
+
+def test_restart_bound(fake_slurm: dict, tmp_path: Path) -> None:
+    req = replace(SINGLE, command=("echo", "trained"), max_restarts=3)
+    res = _run_script(req, fake_slurm, tmp_path, SLURM_RESTART_COUNT="3")
+    assert res.returncode == 0 and "trained" in res.stdout
+    res = _run_script(req, fake_slurm, tmp_path, SLURM_RESTART_COUNT="4", SLURM_JOB_ID="77")
+    assert res.returncode == 1 and "trained" not in res.stdout
+    assert "job 77 was restarted 4 times (MAX_RESTARTS=3); giving up" in res.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
+def test_signal_is_forwarded_to_training(fake_slurm: dict, tmp_path: Path,
+                                         sig: signal.Signals) -> None:
+    ready = tmp_path / "ready"
+    code = ("import signal, sys, time, pathlib\n"
+            "def h(n, f):\n"
+            "    print('training got', signal.Signals(n).name, flush=True)\n    sys.exit(0)\n"
+            f"signal.signal(signal.{sig.name}, h)\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
+            "time.sleep(30)\nsys.exit(3)\n")
+    (tmp_path / "train.py").write_text(code)
+    script = tmp_path / "job.sbatch"
+    req = replace(SINGLE, command=(sys.executable, str(tmp_path / "train.py")))
+    script.write_text(_render(req))
+    proc = subprocess.Popen(["bash", str(script)], env=fake_slurm, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "training never started"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert f"training got {sig.name}" in out
+    assert f"after SIG{sig.name.removeprefix('SIG')}" in err
+
+
+def test_multi_node_script_runs_torchrun(fake_slurm: dict, tmp_path: Path) -> None:
+    res = _run_script(MULTI, fake_slurm, tmp_path, CUDA_VISIBLE_DEVICES="0,1,2,3",
+                      SLURM_NNODES="2", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="gpu[01-02]")
+    assert res.returncode == 0, res.stderr
+    args = [l.removeprefix("torchrun-arg=") for l in res.stdout.splitlines()
+            if l.startswith("torchrun-arg=")]
+    assert args == ["--nnodes=2", "--nproc_per_node=4", "--rdzv_id=9", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=gpu01:29500", "train.py", "--lr", "0.4"]
+    cmd = replace(MULTI, script=None, command=("python", "-m", "pkg.train", "a b"))
+    res = _run_script(cmd, fake_slurm, tmp_path, SLURM_GPUS_ON_NODE="2", SLURM_NNODES="2")
+    args = [l.removeprefix("torchrun-arg=") for l in res.stdout.splitlines()
+            if l.startswith("torchrun-arg=")]
+    assert args[1] == "--nproc_per_node=2"
+    assert args[5:] == ["--no-python", "python", "-m", "pkg.train", "a b"]
+
+
+# --- the CLI and sbatch ---------------------------------------------------------------------
+
+def test_cli_dry_run(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, [
+        "--nodes", "2", "--gpus", "4", "--model", "ResNet-50", "--epochs", "10",
+        "--batch-sizes", "16,32,64,128", "--batch-size", "64", "--samples-per-epoch", "100000",
+        "--mode", "gns", "--job-name", "resnet50-imagenet", "--account", "teamA", "--qos", "normal",
+        "--cpus-per-gpu", "8", "--grace-seconds", "120", "--max-restarts", "10",
+        "--script-dir", str(tmp_path / "scripts"), "--script", "train.py", "--dry-run",
+        "--", "--lr", "0.4"])
+    assert result.exit_code == 0, result.output
+    script, _, call = result.output.partition("# sbatch call:\n")
+    assert script == (GOLDEN / "multi_node.sbatch").read_text()
+    argv = shlex.split(call)
+    assert argv[:-1] == sbatch_argv(MULTI, "x")[:-1]
+    assert argv[-1].startswith(str(tmp_path / "scripts" / "resnet50-imagenet-"))
+    assert not (tmp_path / "scripts").exists()
+
+
+def test_cli_catalogue_defaults_and_trailing_command() -> None:
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--dry-run",
+                                       "python", "train.py", "--lr", "0.1"])
+    assert result.exit_code == 0, result.output
+    assert "srun --ntasks=1 --kill-on-bad-exit=1 python train.py --lr 0.1 &" in result.output
+    assert '"batch_sizes":[16,32,64,128,256]' in result.output
+    assert "--job-name=shock-ResNet-18" in result.output
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--gpus", "0"], "--gpus"), (["--gpus", "65"], "--gpus"), (["--nodes", "0"], "--nodes"),
+    (["--batch-sizes", "64,32"], "--batch-sizes"), (["--batch-sizes", "a,b"], "--batch-sizes"),
+    (["--batch-size", "48"], "--batch-size"), (["--template", "single_node", "--nodes", "2"],
+                                               "--template"),
+    (["--time", "soon"], "--time"),
+])
+def test_cli_bad_input_exits_2_naming_option(args: list[str], option: str) -> None:
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", *args,
+                                       "--dry-run", "--", "true"])
+    assert result.exit_code == 2, result.output
+    assert f"'{option}'" in result.output
+
+
+def test_cli_missing_command_and_unknown_model() -> None:
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--dry-run"])
+    assert result.exit_code == 2 and "COMMAND" in result.output
+    result = CliRunner().invoke(main, ["--model", "MyNet", "--epochs", "1", "--dry-run", "true"])
+    assert result.exit_code == 2 and "--samples-per-epoch" in result.output
+
+
+def test_missing_sbatch_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SubmitError, match="'sbatch' was not found on PATH"):
+        submit(sbatch_argv(SINGLE, "s.sbatch"))
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--script-dir",
+                                       str(tmp_path / "scripts"), "--", "true"])
+    assert result.exit_code == 1
+    assert "'sbatch' was not found on PATH" in result.output
+    assert len(list((tmp_path / "scripts").glob("shock-ResNet-18-*.sbatch"))) == 1
+
+
+def _fake_sbatch(tmp_path: Path, body: str) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "sbatch").write_text("#!/bin/bash\n" + body)
+    (bindir / "sbatch").chmod(stat.S_IRWXU)
+
+
+def test_submit_with_fake_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    _fake_sbatch(tmp_path, 'printf "%s\\n" "$@" > "$(dirname "$0")/argv"\n'
+                           'echo "sbatch: shockslurm: job tagged and held" >&2\necho "123;c1"\n')
+    seen: list[str] = []
+    assert submit(sbatch_argv(SINGLE, "/tmp/s.sbatch"), echo=seen.append) == 123
+    assert seen == ["sbatch: shockslurm: job tagged and held"]
+    recorded = (tmp_path / "bin" / "argv").read_text().splitlines()
+    assert recorded == sbatch_argv(SINGLE, "/tmp/s.sbatch")[1:]
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--script-dir",
+                                       str(tmp_path / "scripts"), "--", "true"])
+    assert result.exit_code == 0 and result.output.strip().endswith("123")
+
+
+def test_sbatch_failure_carries_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    _fake_sbatch(tmp_path, 'echo "sbatch: error: invalid partition specified: nope" >&2\nexit 1\n')
+    with pytest.raises(SubmitError, match="exit code 1: sbatch: error: invalid partition"):
+        submit(sbatch_argv(SINGLE, "s.sbatch"))
+    with pytest.raises(SubmitError, match="no job id"):
+        parse_job_id("")
+
+
+def test_requests_no_node_can_hold_are_refused() -> None:
+    from shockslurm.slurm.submit import check_fits
+    from shockslurm.slurm.types import SlurmNode
+
+    nodes = [SlurmNode(f"gpu0{i}", "idle", 8, 0, ("gpu", "urgent")) for i in range(1, 5)]
+    check_fits(replace(MULTI, gpus=8, nodes=4, partition="gpu"), nodes)
+    for changes, field in [({"gpus": 16}, "gpus"), ({"gpus": 4, "nodes": 5}, "nodes"),
+                           ({"partition": "cpu"}, "partition")]:
+        with pytest.raises(InputError) as err:
+            check_fits(replace(MULTI, **changes), nodes)
+        assert err.value.field == field

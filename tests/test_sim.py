@@ -1,0 +1,130 @@
+"""The simulated cluster on hand-computed cases, and policy invariants on a generated workload."""
+
+from __future__ import annotations
+
+import pytest
+
+from shockslurm.model import RoundPlan, Snapshot
+from shockslurm.policies import PolicySettings, make_policy, policy_names
+from shockslurm.sim.jobs import SimJob
+from shockslurm.sim.reference_rules import gns_pattern_bs, wanted_change
+from shockslurm.sim.run import SimConfig, simulate
+from shockslurm.workload.generator import GeneratorConfig, generate
+
+from .conftest import make_spec
+
+
+def _outcome(result, job_id):
+    return next(o for o in result.outcomes if o.job_id == job_id)
+
+
+def test_single_job_finishes_at_the_exact_moment() -> None:
+    # 3 epochs x 100 iterations at 1 it/s = 300 s: rounds of 120 + 120 + 60, no restarts
+    job = make_spec(epochs=3, bs=10, samples=1000, ips=1.0)
+    r = simulate([job], "fifo", SimConfig(gpus=1))
+    assert _outcome(r, 0).completion_s == pytest.approx(300.0)
+    assert r.metrics.utilization == pytest.approx(1.0)
+
+
+def test_restart_overhead_is_charged_on_full_rounds_only() -> None:
+    # Two 240 s jobs on one GPU under FIFO: B first runs at 240 s (a restart, full round):
+    # it keeps 100 of 120 iterations, then 120 more, then the last 20 finish at 500 s.
+    a = make_spec(0, epochs=2, bs=10, samples=1200, ips=1.0)
+    b = make_spec(1, epochs=2, bs=10, samples=1200, ips=1.0)
+    r = simulate([a, b], "fifo", SimConfig(gpus=1))
+    assert _outcome(r, 0).completion_s == pytest.approx(240.0)
+    assert _outcome(r, 1).completion_s == pytest.approx(500.0)
+    r0 = simulate([a, b], "fifo", SimConfig(gpus=1, restart_overhead_s=0))
+    assert _outcome(r0, 1).completion_s == pytest.approx(480.0)
+
+
+def test_arrival_waits_for_the_next_round_boundary() -> None:
+    a = make_spec(0, epochs=4, bs=10, samples=1200, ips=1.0)
+    b = make_spec(1, epochs=1, bs=10, samples=100, ips=1.0, arrival=30.0)
+    r = simulate([a, b], "fifo", SimConfig(gpus=2))
+    # b joins at 120 s (a restart but a short one: no overhead) and needs 10 s
+    assert _outcome(r, 1).completion_s == pytest.approx(130.0)
+    assert _outcome(r, 1).jct_s == pytest.approx(100.0)
+
+
+def test_profile_mode_follows_the_declared_schedule() -> None:
+    spec = make_spec(epochs=4, schedule=[10, 10, 20, 20], samples=1000,
+                     throughput={10: 1.0, 20: 0.8})
+    job = SimJob(spec, adaptation="profile")
+    job.record_run(job.iterations_for(120), 120, 120)     # 120 of 400 its: epoch 1 of 4
+    assert job.batch_size == 10
+    job.record_run(job.iterations_for(120), 120, 240)     # 240 its = 2.4 epochs -> switch to 20
+    assert job.batch_size == 20
+    assert job.epochs_done == pytest.approx(2.4)          # the partial epoch is kept exactly
+    assert job.total_iterations == 200 and job.observed_batch_sizes == (10, 10)
+
+
+def test_reference_rules() -> None:
+    # accordion: LM stays small for its first 10 epochs, ResNet-18 jumps straight to 256
+    assert wanted_change("accordion", "LM", 20, 1, 20, 9 * 2984, 59675) is None
+    assert wanted_change("accordion", "LM", 20, 1, 20, 10 * 2984, 59675) == 80
+    assert wanted_change("accordion", "ResNet-18", 32, 1, 32, 15468, 50000) == 256
+    assert wanted_change("accordion", "Transformer", 64, 1, 64, 10**6, 10000) is None
+    # gns: LM bs 10 on one GPU doubles from epoch 11, then 21, then 41; capped at 80
+    assert [gns_pattern_bs("LM", 10, 1, e) for e in (10, 11, 21, 41, 500)] == [10, 20, 40, 80, 80]
+    assert wanted_change("gns", "LM", 10, 1, 10, 10 * 5968, 59675) == 20   # looks one epoch ahead
+
+
+def test_reference_mode_applies_a_flag_after_the_next_run() -> None:
+    spec = make_spec(epochs=92, bs=32, samples=50000, mode="accordion",
+                     throughput={32: 42.97497938, 256: 6.31952281})
+    job = SimJob(spec, adaptation="reference")
+    job.iterations_done = 15468        # 3 full rounds: epoch ceil(9.9) = 10 is not critical
+    job.update_flags()
+    assert job.pending_bs == 256 and job.batch_size == 32
+    job.record_run(5156, 119.98, 480)  # the next run still goes at batch size 32 ...
+    assert job.batch_size == 256       # ... and the change lands after it
+    assert job.iterations_done == 14 * 196   # ceil(20624 / 1563) = 14 epochs, rounded up
+
+
+class _Invariants:
+    """Checks every round: capacity, whole gangs, and (optionally) work conservation."""
+
+    def __init__(self, gpus: int, work_conserving: bool) -> None:
+        self.gpus, self.work_conserving, self.rounds = gpus, work_conserving, 0
+
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
+        self.rounds += 1
+        used = plan.gpus_used(snapshot)
+        assert used <= self.gpus
+        if self.work_conserving:
+            free = self.gpus - used
+            waiting = [j for j in snapshot.jobs if j.job_id not in plan.run]
+            assert all(j.gang_size > free for j in waiting), "idle GPUs while a job fits"
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_policy_invariants_on_a_generated_workload(name: str) -> None:
+    from shockslurm.engine import RoundLoop, VirtualClock
+    from shockslurm.sim.cluster import SimulatedCluster
+
+    jobs = generate(GeneratorConfig(jobs=30, seed=1, jobs_per_hour=120))
+    gpus = 8
+    cluster = SimulatedCluster(gpus, jobs)
+    policy = make_policy(name, PolicySettings(min_resolve_interval_s=0, idle_unallocated=False))
+    check = _Invariants(gpus, work_conserving=name != "fifo")
+    RoundLoop(cluster, policy, VirtualClock(), 120.0, observers=[check]).run()
+    assert cluster.finished() and check.rounds > 10
+    assert all(j.done for j in cluster.sim_jobs.values())
+
+
+def test_reference_gate_leaves_new_jobs_idle() -> None:
+    """With Gavel's re-solve gate a job arriving between re-solves waits, GPUs idle."""
+    # re-solves at 0 s and at 120 s (job 1 arrived); job 2 arrives at 300 s, inside the gate
+    jobs = [make_spec(0, epochs=50, bs=10, samples=1200, ips=1.0),
+            make_spec(1, epochs=20, bs=10, samples=1200, ips=1.0, arrival=60.0),
+            make_spec(2, epochs=2, bs=10, samples=1200, ips=1.0, arrival=300.0)]
+    gated = simulate(jobs, "max_min_fairness", SimConfig(gpus=3))
+    eager = simulate(jobs, "max_min_fairness", SimConfig(gpus=3, min_resolve_interval_s=0,
+                                                         idle_unallocated=False))
+    # eager: starts at 360 s, keeps 100 of its first 120 iterations (restart), 240 in all
+    assert _outcome(eager, 2).completion_s == pytest.approx(360 + 120 + 120 + 20)
+    # gated: waits for the re-solve at 1200 s (first boundary >= 120 + 1000 s)
+    assert _outcome(gated, 2).completion_s == pytest.approx(1200 + 120 + 120 + 20)
+    idle = [r.info.get("idle_unallocated_gpus", 0) for r in gated.rounds]
+    assert max(idle) == 1

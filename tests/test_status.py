@@ -1,0 +1,170 @@
+"""`shockslurm status` / `shocksub --status` without Slurm: hand-made SlurmJob records and a
+SQLite store with training reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy.orm import Session
+
+from shockslurm.cli import status as status_cli
+from shockslurm.cli.main import cli
+from shockslurm.cli.shocksub import main as shocksub
+from shockslurm.forecast import dirichlet_remaining_time
+from shockslurm.ops.status import format_duration, format_table, read_store, status_rows
+from shockslurm.slurm.types import JobState, SlurmJob
+from shockslurm.store import open_store
+from shockslurm.store import repository as repo
+from shockslurm.train.records import add_rows
+
+NOW = 1_700_010_000.0
+SUBMIT = 1_700_000_000.0
+SPEC = ('shock:managed;shock:spec={"model":"ResNet-18","epochs":10,"samples_per_epoch":50000,'
+        '"batch_sizes":[32,64],"batch_size":32,"epoch_seconds":100}')
+
+
+def _job(job_id: int, *, state: JobState = JobState.RUNNING, gpus: int = 2,
+         comment: str = SPEC, restarts: int = 0, priority: int = 1) -> SlurmJob:
+    return SlurmJob(job_id=job_id, name=f"train-{job_id}", user="alice", partition="gpu",
+                    state=state, state_flags=frozenset(), reason="None", priority=priority,
+                    gpus_per_node=gpus, gpus_per_job=0, nodes=1, node_list="n1",
+                    submit_time=SUBMIT, start_time=SUBMIT + 10, restart_count=restarts,
+                    comment=comment)
+
+
+JOBS = [_job(101, restarts=3),
+        _job(102, state=JobState.PENDING, gpus=4, priority=0),
+        _job(103, comment="unmanaged")]
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> str:
+    """Job 101 registered and reporting (4 epochs done at bs 32, now at bs 64); 102 registered
+    without reports; 101's id also appears as an old job with a reused id (ignored)."""
+    url = str(tmp_path / "s.db")
+    engine = open_store(url, create=True)
+    with Session(engine) as s, s.begin():
+        for job_id, gang in ((101, 2), (102, 4)):
+            repo.register_submitted_job(s, "slurm", job_id=job_id, submit_s=SUBMIT + 1,
+                                        model="ResNet-18", epochs=10, samples_per_epoch=50000,
+                                        batch_sizes=[32, 64], gang_size=gang)
+        old = repo.register_submitted_job(s, "slurm", job_id=101, submit_s=SUBMIT - 86400,
+                                          model="old", epochs=99, samples_per_epoch=1,
+                                          batch_sizes=[1], gang_size=1)
+        pk = repo.registered_jobs(s, "slurm", {101: SUBMIT})[101].id
+        for epoch in range(4):
+            add_rows(s, {"kind": "epoch_done", "time_s": SUBMIT + 100 * (epoch + 1),
+                         "epoch": epoch, "step": 100, "batch_size": 32, "epochs": 10}, pk)
+        add_rows(s, {"kind": "throughput", "time_s": SUBMIT + 50, "samples_per_s": 500.0,
+                     "batch_size": 32, "gpus": 2}, pk)
+        add_rows(s, {"kind": "throughput", "time_s": SUBMIT + 450, "samples_per_s": 1000.0,
+                     "batch_size": 64, "gpus": 2}, pk)
+        add_rows(s, {"kind": "epoch_done", "time_s": SUBMIT, "epoch": 50, "step": 1}, old.id)
+        live = repo.add_run(s, policy="shockwave", kind="live", cluster="slurm")
+        job = repo.add_job(s, live, job_id=102, submit_s=SUBMIT, model="ResNet-18", epochs=10,
+                           samples_per_epoch=50000, batch_sizes=[32, 64], gang_size=4)
+        rnd = repo.record_round(s, live, index=3, time_s=SUBMIT + 5, policy="shockwave",
+                                solve_s=0.1, plan={job: 4})
+        intent = repo.add_enactment_intent(s, rnd, job, action="release",
+                                           argv=["scontrol", "release", "102"])
+        repo.finish_enactment_intent(s, intent, return_code=0)
+    engine.dispose()
+    return url
+
+
+def test_rows_progress_forecast_and_rho(store: str) -> None:
+    ours = [j for j in JOBS if j.managed]
+    rows, _ = status_cli.collect(JOBS, store, "slurm", now=NOW)
+    assert [r.job_id for r in rows] == [101, 102]          # the unmanaged job is not listed
+    r1, r2 = rows
+    assert (r1.epochs_done, r1.epochs, r1.gpus, r1.preempted) == (4, 10, 2, 3)
+    # 4 epochs at bs 32 done, bs 64 now: 50 s/epoch at 64 (measured), 100 s at 32 (measured)
+    after = dirichlet_remaining_time(10, 4, [32] * 4 + [64], {32: 100.0, 64: 50.0})
+    in_progress = max(0.0, 50.0 - (NOW - (SUBMIT + 400)))   # running: time since last epoch end
+    assert r1.remaining_s == pytest.approx(after + in_progress)
+    assert r1.rho == pytest.approx((NOW - SUBMIT + r1.remaining_s) / (10 * 100.0))
+    assert r1.spec_source == "comment"
+    # no report: "-" everywhere the store is needed
+    assert (r2.epochs_done, r2.remaining_s, r2.rho, r2.gpus) == (None, None, None, 4)
+    cells = r2.cells()
+    assert cells[6:9] == ["-", "-", "-"]
+    table = format_table(rows).splitlines()
+    assert table[0].split() == ["JOBID", "NAME", "USER", "STATE", "REASON", "GPUS", "PROGRESS",
+                                "REMAINING", "RHO", "PREEMPTED"]
+    assert table[1].split()[:7] == ["101", "train-101", "alice", "RUNNING", "None", "2", "4/10"]
+    assert table[2].split() == ["102", "train-102", "alice", "PENDING", "None", "4", "-", "-",
+                                "-", "0"]
+    assert len({len(line) for line in table[:1]}) == 1
+    assert ours[0].job_id == 101
+
+
+def test_without_store_everything_from_the_store_is_a_dash() -> None:
+    rows, _ = status_cli.collect(JOBS, None, "slurm", now=NOW)
+    assert all(r.epochs_done is None and r.rho is None for r in rows)
+
+
+def test_spec_from_the_store_when_the_comment_has_none(store: str) -> None:
+    job = _job(102, comment="shock:managed")
+    engine = open_store(store)
+    info = read_store(engine, "slurm", [job])
+    engine.dispose()
+    (row,) = status_rows([job], info, NOW)
+    assert row.spec_source == "store" and row.epochs == 10
+
+
+def test_finished_job_forecasts_zero(tmp_path: Path) -> None:
+    from shockslurm.ops.status import StoreJob
+
+    info = StoreJob(epochs_done=10, reported=True, observed=[32] * 10)
+    (row,) = status_rows([_job(5)], {5: info}, NOW)
+    assert row.remaining_s == 0.0 and row.epochs_done == 10
+
+
+def test_status_command_table_and_json(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: list(JOBS))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["status", "--db", store])
+    assert result.exit_code == 0, result.output
+    assert "4/10" in result.output and "103" not in result.output
+    result = runner.invoke(cli, ["status", "--db", store, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [d["job_id"] for d in data] == [101, 102]
+    assert data[0]["epochs_done"] == 4 and data[0]["remaining_s"] > 0
+    assert data[1]["epochs_done"] is None and data[1]["rho"] is None
+
+
+def test_status_with_config(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: list(JOBS))
+    cfg = tmp_path / "d.toml"
+    cfg.write_text(f'[daemon]\ndb = "{store}"\npartitions = ["other"]\n')
+    result = CliRunner().invoke(cli, ["status", "--config", str(cfg)])
+    assert result.exit_code == 0 and "no managed jobs" in result.output  # partition filter
+    cfg.write_text(f'[daemon]\ndb = "{store}"\n')
+    result = CliRunner().invoke(cli, ["status", "--config", str(cfg), "--json"])
+    assert [d["epochs_done"] for d in json.loads(result.output)] == [4, None]
+
+
+def test_shocksub_status(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: list(JOBS))
+    runner = CliRunner()
+    result = runner.invoke(shocksub, ["--status", "101", "--db", store])
+    assert result.exit_code == 0, result.output
+    assert "4/10" in result.output and "epoch_done" in result.output
+    assert "recent intents: none" in result.output
+    assert "epoch\": 50" not in result.output          # the old job with the reused id
+    result = runner.invoke(shocksub, ["--status", "999"])
+    assert result.exit_code == 1 and "not in Slurm's queue" in result.output
+    result = runner.invoke(shocksub, ["--status", "102"])
+    assert result.exit_code == 0 and "no store given" in result.output
+    result = runner.invoke(shocksub, ["--status", "102", "--db", store])
+    assert result.exit_code == 0, result.output
+    assert "round 3 release  rc=0  scontrol release 102" in result.output
+
+
+def test_format_duration() -> None:
+    assert [format_duration(x) for x in (None, 42.2, 310, 3 * 3600 + 125)] == [
+        "-", "42s", "5m10s", "3h02m"]

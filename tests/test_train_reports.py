@@ -1,0 +1,216 @@
+"""shockslurm.train.reports and spool: rate limit, never blocking, spool ingest into SQLite."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+from sqlalchemy.orm import Session
+
+from shockslurm.store import repository as repo
+from shockslurm.store.engine import open_store
+from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
+from shockslurm.train.records import derive_key
+from shockslurm.train.reports import Reporter, SpoolSink, StoreSink, reporter_from_env
+from shockslurm.train.spool import ingest_spool
+
+SECRET = "0123456789abcdef0123456789abcdef"      # job 42's report secret (tests only)
+
+
+class ListSink:
+    def __init__(self):
+        self.got = []
+
+    def send(self, report):
+        self.got.append(report)
+
+    def close(self):
+        pass
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_throughput_rate_limited_changes_always():
+    sink, clock = ListSink(), Clock()
+    rep = Reporter(sink, job_id=1, min_interval_s=10.0, clock=clock)
+    assert rep.throughput(100.0, 32, gpus=1)
+    for dt in (1, 5, 9.9):
+        clock.t = 1000.0 + dt
+        assert not rep.throughput(100.0, 32, gpus=1)
+        assert rep.batch_size_change(32, 64, epoch=1, step=5)
+    clock.t = 1010.0
+    assert rep.throughput(120.0, 64, gpus=1)
+    rep.close()
+    kinds = [r["kind"] for r in sink.got]
+    assert kinds.count("throughput") == 2 and kinds.count("batch_size_change") == 3
+    assert rep.rate_limited == 3 and rep.sent == 5 and rep.dropped == 0
+
+
+class HangingSink:
+    """A store that never answers."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def send(self, report):
+        self.release.wait(30)
+
+    def close(self):
+        pass
+
+
+def test_never_blocks_when_the_sink_hangs():
+    sink = HangingSink()
+    rep = Reporter(sink, job_id=1, min_interval_s=0.0, queue_size=8)
+    t0 = time.perf_counter()
+    for i in range(2000):
+        rep.batch_size_change(i, i + 1)
+        rep.throughput(1.0, 1, gpus=1)
+    assert time.perf_counter() - t0 < 1.0
+    assert rep.dropped >= 4000 - 9
+    t0 = time.perf_counter()
+    rep.close(timeout=0.3)
+    assert time.perf_counter() - t0 < 1.5
+    sink.release.set()
+
+
+@pytest.mark.parametrize("url", ["sqlite:////nonexistent-dir-xyz/sub/store.db",
+                                 "postgresql+psycopg://nobody@127.0.0.1:1/none"])
+def test_unreachable_store_is_logged_once_and_training_goes_on(url, caplog):
+    rep = Reporter(StoreSink(url), job_id=1, min_interval_s=0.0)
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        t0 = time.perf_counter()
+        for i in range(20):
+            rep.batch_size_change(i, i + 1)
+        assert time.perf_counter() - t0 < 0.5
+        rep.close(timeout=20)
+    assert rep.failed == 20 and rep.sent == 0
+    msgs = [r.getMessage() for r in caplog.records if "could not send a report" in r.getMessage()]
+    assert len(msgs) == 1
+
+
+def _store(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    engine = open_store(url, create=True)
+    with Session(engine) as s:
+        job = repo.register_submitted_job(s, "slurm", job_id=42, submit_s=1.0e9, model="MLP",
+                                          epochs=4, samples_per_epoch=2048,
+                                          batch_sizes=[32, 64, 128], gang_size=1,
+                                          report_key=derive_key(SECRET))
+        s.commit()
+        job_pk = job.id
+    return url, engine, job_pk
+
+
+def _rows(engine):
+    with Session(engine) as s:
+        return {m.__tablename__: repo.count(s, m)
+                for m in (ThroughputSample, BatchSizeChange, Checkpoint, JobEvent)}
+
+
+def test_spool_ingest_and_malformed_files_moved_aside(tmp_path, caplog):
+    url, engine, job_pk = _store(tmp_path)
+    spool = tmp_path / "spool"
+    rep = Reporter(SpoolSink(spool), cluster="slurm", job_id=42, min_interval_s=0.0,
+                   secret=SECRET)
+    rep.throughput(512.0, 32, gpus=2, epoch=0, epochs=4, step=10, step_in_epoch=10,
+                   steps_per_epoch=64, epoch_progress=10 / 64)
+    rep.batch_size_change(32, 64, epoch=2, step=128)
+    rep.checkpoint("/ck/ckpt-000000000050.pt", 50)
+    rep.epoch_done(0, 64, batch_size=32, epochs=4)
+    rep.close()
+    assert len(list(spool.glob("*.json"))) == 4
+    # malformed: not JSON, not an object, unknown kind, a missing field, an unknown job
+    bad = {"a-notjson.json": "{oops", "b-list.json": "[1, 2]",
+           "c-kind.json": json.dumps({"v": 1, "kind": "nope", "job_id": 42, "time_s": 1.0}),
+           "d-field.json": json.dumps({"v": 1, "kind": "throughput", "job_id": 42,
+                                       "time_s": 1.0, "batch_size": 32, "gpus": 1}),
+           "e-unknown.json": json.dumps({"v": 1, "kind": "checkpoint", "job_id": 999,
+                                         "cluster": "slurm", "time_s": 1.0, "path": "p",
+                                         "step": 1, "ok": True}),
+           "f-binary.json": b"\xff\xfe\x00"}
+    for name, text in bad.items():
+        (spool / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    (spool / ".half-written.json.tmp").write_text("{")       # a writer mid-write: ignored
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        assert ingest_spool(spool, engine) == 4
+    # job_events: the epoch end, and the throughput report's position (kind "progress")
+    assert _rows(engine) == {"throughput_samples": 1, "batch_size_changes": 1, "checkpoints": 1,
+                             "job_events": 2}
+    with Session(engine) as s:
+        sample = s.query(ThroughputSample).one()
+        assert (sample.job_pk, sample.samples_per_s, sample.batch_size, sample.gpus) == (
+            job_pk, 512.0, 32, 2)
+        change = s.query(BatchSizeChange).one()
+        assert (change.old_batch_size, change.new_batch_size) == (32, 64)
+        ck = s.query(Checkpoint).one()
+        assert (ck.step, ck.ok, ck.path) == (50, True, "/ck/ckpt-000000000050.pt")
+        ev = s.query(JobEvent).filter_by(kind="epoch_done").one()
+        assert json.loads(ev.detail)["epoch"] == 0
+        pos = json.loads(s.query(JobEvent).filter_by(kind="progress").one().detail)
+        assert pos["epoch_progress"] == 10 / 64 and pos["step"] == 10 and pos["batch_size"] == 32
+    left = sorted(p.name for p in spool.iterdir() if p.is_file())
+    assert left == [".half-written.json.tmp"]
+    moved = sorted(p.name for p in (spool / "bad").glob("*.json"))
+    assert moved == sorted(bad)
+    for name in bad:
+        assert (spool / "bad" / f"{name}.reason").read_text().strip()
+    assert "no registered job" in (spool / "bad" / "e-unknown.json.reason").read_text()
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert all(name in warned for name in bad)
+    assert ingest_spool(spool, engine) == 0
+    assert ingest_spool(tmp_path / "no-such-spool", engine) == 0
+
+
+def test_files_stay_when_the_commit_fails(tmp_path, monkeypatch):
+    url, engine, _ = _store(tmp_path)
+    spool = tmp_path / "spool"
+    rep = Reporter(SpoolSink(spool), job_id=42, secret=SECRET)
+    rep.batch_size_change(32, 64)
+    rep.close()
+
+    def boom(self):
+        raise RuntimeError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(Session, "commit", boom)
+        with pytest.raises(RuntimeError):
+            ingest_spool(spool, engine)
+    assert len(list(spool.glob("*.json"))) == 1       # not deleted: its rows never committed
+    assert ingest_spool(spool, engine) == 1
+    assert _rows(engine)["batch_size_changes"] == 1
+
+
+def test_store_sink_writes_rows(tmp_path):
+    url, engine, job_pk = _store(tmp_path)
+    rep = Reporter(StoreSink(url), cluster="slurm", job_id=42, min_interval_s=0.0,
+                   secret=SECRET)
+    rep.throughput(100.0, 64, gpus=1)
+    rep.batch_size_change(64, 128)
+    rep.close()
+    assert rep.failed == 0 and rep.sent == 2
+    assert _rows(engine)["throughput_samples"] == 1
+    assert _rows(engine)["batch_size_changes"] == 1
+
+
+def test_reporter_from_env(monkeypatch, tmp_path):
+    for v in ("SHOCKSLURM_DB", "SHOCKSLURM_SPOOL", "RANK", "SLURM_PROCID",
+              "SHOCKSLURM_REPORT_SECRET"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert reporter_from_env().sink is None
+    monkeypatch.setenv("SHOCKSLURM_SPOOL", str(tmp_path / "sp"))
+    rep = reporter_from_env()
+    assert isinstance(rep.sink, SpoolSink) and rep.job_id == 42
+    rep.close()
+    monkeypatch.setenv("RANK", "3")
+    assert reporter_from_env().sink is None          # only rank 0 reports
