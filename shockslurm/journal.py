@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from .model import RoundPlan, Snapshot
 from .slurm import enact as en
 from .slurm.journaling import JournalUnavailable, LiveJob
+from .slurm.specs import epoch_seconds
 from .slurm.types import CommandResult, JobState, SlurmJob
 
 log = logging.getLogger("shockslurm.daemon")
@@ -44,6 +45,9 @@ def _store(what: str):
 
 
 # --------------------------------------------------------------------------- the store
+# job events that say a job left the queue (at most one per job row)
+ENDED_KINDS = ("completed", "finished", "vanished")
+
 class StoreJournal:
     """`slurm.journaling.Journal` + `SpecRegistry` + `RoundObserver` on the SQL store.
 
@@ -135,6 +139,33 @@ class StoreJournal:
                 self.repo.finish_enactment_intent(s, intent, return_code=result.returncode,
                                                   stderr=result.stderr)
 
+    @_store("record a job's end")
+    def job_ended(self, job: LiveJob, final: SlurmJob | None, now: float) -> None:
+        """A `completed` event (time: Slurm's end time; detail: the exclusive run time the
+        daemon assumed, so reports compute rho as for a simulation) on this run's row of a job
+        that COMPLETED, a `finished` event (its state) for any other end, `vanished` when Slurm
+        no longer knows it. A job restarted later gets new events only with a new submission."""
+        slurm = final or job.slurm
+        if final is None:
+            kind = "vanished"
+        else:
+            kind = "completed" if final.state is JobState.COMPLETED else "finished"
+        detail: dict[str, object] = {
+            "state": None if final is None else final.state.value,
+            "exclusive_runtime_s": epoch_seconds(job.spec, max(1, slurm.gpus)) * job.spec.epochs,
+            "run_time_s": round(job.run_time_s, 3), "seen_by": "daemon"}
+        with Session(self.engine) as s, s.begin():
+            pk = self._pk(s, slurm.job_id)
+            if pk is None:
+                return
+            seen = s.scalar(select(self.repo.JobEvent.id).where(
+                self.repo.JobEvent.job_pk == pk,
+                self.repo.JobEvent.kind.in_(ENDED_KINDS)).limit(1))
+            if seen is None:
+                end = final.end_time if final is not None and final.end_time else now
+                self.repo.add_job_event(s, s.get(self.repo.Job, pk), time_s=end, kind=kind,
+                                        detail=json.dumps(detail))
+
     # RoundObserver
     def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
         if self._round_id is not None:
@@ -200,9 +231,12 @@ class StoreJournal:
     @_store("reconcile")
     def reconcile(self, slurm_jobs: Sequence[SlurmJob], now: float) -> dict[str, int]:
         """Give the intents earlier incarnations left open an outcome from Slurm's state, and
-        the jobs they knew that Slurm shows finished (or no longer knows) a job event."""
+        the jobs they knew that Slurm shows finished (or no longer knows) a job event; not a
+        job whose stop is under way (it exited on its USR1 and is about to be requeued)."""
         r = self.repo
         by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
+        # a job that exited on its USR1 shows COMPLETED until the resumed stop requeues it
+        stopping = self.pending_stops([j for j in slurm_jobs if j.state is JobState.COMPLETED])
         counts = {"resolved_done": 0, "resolved_unknown": 0, "finished": 0, "vanished": 0}
         with Session(self.engine) as s, s.begin():
             open_rows = s.execute(
@@ -220,15 +254,14 @@ class StoreJournal:
                     stderr=f"{UNKNOWN_OUTCOME}: {'done' if done else 'not known to be done'}"
                            f"; Slurm now shows the job {state}")
                 counts["resolved_done" if done else "resolved_unknown"] += 1
-            ended = select(r.JobEvent.job_pk).where(r.JobEvent.kind.in_(("finished",
-                                                                        "vanished")))
+            ended = select(r.JobEvent.job_pk).where(r.JobEvent.kind.in_(ENDED_KINDS))
             rows = s.scalars(select(r.Job).join(r.Run, r.Job.run_id == r.Run.id)
                              .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
                                     r.Run.id != self.run_id, r.Job.id.not_in(ended))
                              .order_by(r.Job.id))
             for job in rows:
                 sj = by_key.get((job.job_id, job.submit_s))
-                if sj is not None and not sj.state.finished:
+                if sj is not None and (not sj.state.finished or sj.job_id in stopping):
                     continue
                 kind = "vanished" if sj is None else "finished"
                 detail = {"state": None if sj is None else sj.state.value,

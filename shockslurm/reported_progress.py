@@ -18,7 +18,8 @@ the store). Each round `refresh` gets every active job and
 - batch size: the newest of the latest throughput sample's and the latest change's, else the last
   completed epoch's, else the spec's;
 - observed batch sizes: the batch size of each completed epoch from its epoch_done event (an epoch
-  whose event is missing takes the previous epoch's);
+  whose event is missing takes the previous epoch's, or the current batch size when it lies past
+  the last completed epoch: its steps are done but the job stopped before closing it);
 - iterations/s: the latest throughput sample's samples/s over the current batch size (samples/s
   assumed unchanged across a batch-size change).
 
@@ -240,7 +241,10 @@ class ReportedProgress:
         observed: list[int] = []
         previous = spec.batch_size
         for e in range(int(done)):
-            size = r.epoch_bs.get(e) or previous
+            # an epoch whose event is missing: before the last completed one it ran at the
+            # previous epoch's size; from it on (its steps are done but it was not closed, e.g.
+            # the job stopped on its last step) at the size the job reports now
+            size = r.epoch_bs.get(e) or (previous if e < completed else bs)
             observed.append(size)
             previous = size
         ips = None

@@ -18,7 +18,7 @@ from shockslurm.daemon import RC_UNKNOWN, DaemonRunner, build_daemon, parse_conf
 from shockslurm.model import RoundPlan
 from shockslurm.slurm.types import CommandResult, JobState, SlurmError
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, JobEvent
+from shockslurm.store.models import EnactmentIntent, Job, JobEvent
 
 from .test_enact import job
 from .test_live import FakeBackend
@@ -289,3 +289,48 @@ def test_impossible_request_is_never_planned_and_flagged_once(engine, caplog):
         events = s.scalars(select(JobEvent).where(JobEvent.kind == "flagged")).all()
     assert len(events) == 2
     assert all("impossible request" in json.loads(e.detail)["reason"] for e in events)
+
+
+# ------------------------------------------------------------------ ends recorded each round
+def test_ends_are_recorded_each_round_and_give_live_runs_a_rho(engine):
+    """A job that COMPLETED gets a `completed` event (Slurm's end time, the declared exclusive
+    run time) at the next round, a failed one `finished`, one Slurm forgot `vanished`; a stop
+    under way (exited on its USR1, about to be requeued) gets none; and the stored live run
+    then has a rho per completed job."""
+    from shockslurm.ops.runs import from_store
+
+    b = Backend([running(1, gpus=4), running(2, gpus=2), running(3, gpus=2),
+                 running(5, gpus=8)], exit_on_usr1=True)
+    d = daemon(engine, b)
+    round_(d, {1, 2, 3, 5})
+    b._jobs = [replace(j, state=JobState.COMPLETED, end_time=NOW + 7) if j.job_id == 1 else
+               replace(j, state=JobState.FAILED, end_time=NOW + 8) if j.job_id == 2 else j
+               for j in b._jobs if j.job_id != 3]
+    round_(d, {5}, now=NOW + 10)
+    with Session(engine) as s:
+        events = {(s.get(Job, e.job_pk).job_id, e.kind): e for e in s.scalars(select(JobEvent))}
+    assert set(events) == {(1, "completed"), (2, "finished"), (3, "vanished")}
+    assert events[(1, "completed")].time_s == NOW + 7
+    detail = json.loads(events[(1, "completed")].detail)
+    assert detail["state"] == "COMPLETED" and detail["exclusive_runtime_s"] > 0
+    assert json.loads(events[(2, "finished")].detail)["state"] == "FAILED"
+    round_(d, {5}, now=NOW + 20)                  # recorded once
+    with Session(engine) as s:
+        assert len(s.scalars(select(JobEvent)).all()) == 3
+    # a stop under way: job 5 exits on its USR1 (COMPLETED) and the daemon dies before the
+    # requeuehold; the next incarnation resumes the stop, and records no end for it
+    b.kill_on = "requeuehold"
+    with pytest.raises(Killed):
+        round_(d, set(), now=NOW + 30)
+    b.kill_on = None
+    d2 = daemon(engine, b)
+    d2.reconcile(now=NOW + 35)
+    round_(d2, set(), now=NOW + 40)
+    round_(d2, set(), now=NOW + 50)
+    with Session(engine) as s:
+        assert not [(e.kind, e.detail) for e in s.scalars(select(JobEvent))
+                    if s.get(Job, e.job_pk).job_id == 5]
+    with Session(engine) as s:
+        run_id = s.scalar(select(Job.run_id).where(Job.job_id == 1))
+        series = from_store(s, run_id)
+    assert len(series.rho) == 1 and series.rho[0] > 0

@@ -117,6 +117,19 @@ def test_reports_give_epochs_batch_size_history_and_throughput(store):
         assert cluster.jobs[jid].progress.source == "runtime"
 
 
+def test_an_epoch_stopped_on_its_last_step_counts_at_the_current_batch_size(store):
+    """The job stopped on the last step of epoch 2 (size 64): its position says 3.0, but epoch
+    2 was never closed (no epoch_done; the helper closes it after the resume). That epoch ran at
+    the size the job reports (64), not at the last closed epoch's (32)."""
+    pk = register(store, 1)
+    report(store, pk, epochs=[32, 32], changes=[(32, 64)], position=3.0, sample=(640.0, 64))
+    source = ReportedProgress(store, cluster="slurm")
+    cluster = SlurmCluster(FakeBackend([live_job(1)]), progress_source=source,
+                           sleep=lambda s: None)
+    v = cluster.observe(1000.0).job(1)
+    assert (v.epochs_done, v.batch_size, v.observed_batch_sizes) == (3.0, 64, (32, 32, 64))
+
+
 def test_one_query_per_round_for_all_jobs(store):
     pks = [register(store, j) for j in range(1, 7)]
     for pk in pks:

@@ -115,6 +115,32 @@ def test_spoofed_reports_are_refused_moved_aside_and_logged(store, tmp_path, cap
         assert all(secret not in r for r in reasons.values())
 
 
+def test_a_copy_of_an_ingested_report_is_refused_as_a_replay(store, tmp_path, caplog):
+    """A signed report stays valid; a copy delivered again (taken from a shared spool, or a
+    re-ingest after a crash between commit and unlink) adds no row and is moved aside."""
+    url, engine = store
+    key = derive_key(ALICE)
+    old = sign(_report(10, time_s=1.7e9, samples_per_s=50.0), key)
+    assert ingest_spool(_spool(tmp_path, {"1-old": old}), engine) == 1
+    newer = sign(_report(10, time_s=1.7e9 + 60, samples_per_s=400.0), key)
+    same_time_other = sign(_report(10, time_s=1.7e9, samples_per_s=51.0), key)  # not a copy
+    spool = _spool(tmp_path, {"2-newer": newer, "3-replayed": old, "4-other": same_time_other,
+                              "5-twice": newer})
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        assert ingest_spool(spool, engine) == 2
+    assert sorted(_samples(engine)) == [(10, 50.0), (10, 51.0), (10, 400.0)]
+    moved = {p.stem for p in (spool / "bad").glob("*.json")}
+    assert moved == {"3-replayed", "5-twice"}
+    for name in moved:
+        reason = (spool / "bad" / f"{name}.json.reason").read_text()
+        assert "replayed report" in reason and "job_id 10" in reason
+    assert ALICE not in caplog.text
+    # the direct store path goes through the same gate
+    with Session(engine) as s:
+        with pytest.raises(BadReport, match="replayed"):
+            check_report(s, old)
+
+
 def test_unsigned_reports_of_keyless_jobs_only_with_the_switch(store, tmp_path):
     url, engine = store
     spool = _spool(tmp_path, {"legacy": _report(30), "alice-unsigned": _report(10)})

@@ -5,8 +5,10 @@ What the store has for each kind of run:
 - simulated (`shockslurm simulate --db`): rounds with their plan (GPUs = gang size), job specs,
   and per job a `completed` event whose detail holds the exclusive runtime (`record_simulation`),
   so rho is recomputed exactly as the simulator's metric.
-- live (the daemon): rounds and plans; rho only for jobs with a `completed` event carrying
-  `exclusive_runtime_s` (the daemon does not write them yet, so live runs have no rho chart).
+- live (the daemon): rounds and plans, and a `completed` event per job that COMPLETED while the
+  daemon ran (`StoreJournal.job_ended`: Slurm's end time, and the exclusive runtime the daemon
+  assumed from the job's spec), so rho uses the same formula with the declared runtime. Jobs
+  that ended while no daemon ran get a `finished` event at the next start, without a rho.
 
 Bar widths: a round lasts until the next round starts; a job that completes inside a round holds
 its GPUs only until its completion; the last round ends at its jobs' last completion when known,

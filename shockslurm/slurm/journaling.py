@@ -33,6 +33,10 @@ class Journal(Protocol):
 
     def outcome(self, handle: object, result: CommandResult) -> None: ...
 
+    def job_ended(self, job: "LiveJob", final: SlurmJob | None, now: float) -> None:
+        """Record that a job of the last round left the queue: `final` is what Slurm shows of
+        it now (a finished state), None when Slurm no longer knows it."""
+
 
 class StopLedger(Protocol):
     """Stops in progress, durably (the store): USR1 sent, requeuehold not yet done."""
@@ -55,6 +59,9 @@ class NullJournal:
         return None
 
     def outcome(self, handle: object, result: CommandResult) -> None:
+        pass
+
+    def job_ended(self, job: "LiveJob", final: SlurmJob | None, now: float) -> None:
         pass
 
 

@@ -17,7 +17,7 @@ Why it looks like this:
   so a plan always fits what Slurm can actually give.
 - Churn is bounded (`enact.ChurnLimits`: minimum run time, preemptions per day, jobs whose
   checkpoints keep failing are flagged and left running): a stop the bounds forbid is dropped and
-  the plan's starts that no longer fit are dropped with it (`enact.bound_plan`). What the bounds
+  the plan's starts that no longer fit are dropped with it (`churn.ChurnGuard`). What the bounds
   need survives a daemon restart: the run's start from Slurm, the past preemptions and
   checkpoint reports from a `StopHistorySource` (the store, through the progress source), else
   from this process's memory, capped by Slurm's restart count.
@@ -48,6 +48,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..model import JobView, RoundPlan, Snapshot
 from . import enact as en
+from .churn import ChurnGuard
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
                          StopHistorySource, StopLedger)
 from .progress import ProgressSource, RunTimeProgress
@@ -97,12 +98,11 @@ class SlurmCluster:
         if stop_history is None and hasattr(self.progress_source, "stop_history"):
             stop_history = self.progress_source  # type: ignore[assignment]
         self.stop_history = stop_history
+        self.guard = ChurnGuard(stop_history)
         self.ledger = ledger
-        self.flagged: set[tuple[int, float]] = set()        # (job id, submit time)
         self.impossible: dict[tuple[int, float], str] = {}  # never planned: the reason
         self._impossible_new: list[tuple[SlurmJob, str]] = []
         self._signalled: dict[tuple[int, float], float] = {}  # stops started in this process
-        self._requeued_at: dict[tuple[int, float], list[float]] = {}
         self._sleep = sleep
         self._monotonic = monotonic
         self.gpus = 0
@@ -114,6 +114,8 @@ class SlurmCluster:
         self._idle = False
         self._previous_plan: frozenset[int] = frozenset()
         self._slurm_jobs: list[SlurmJob] = []
+        # jobs that left the queue since the last recorded round: (what we knew, final state)
+        self._ended: list[tuple[LiveJob, SlurmJob | None]] = []
         # What may hold GPUs right now (plan ∪ jobs being stopped): for watchers and tests.
         self.allowed_running: frozenset[int] = frozenset()
 
@@ -214,6 +216,13 @@ class SlurmCluster:
             live.last_seen_running = running
             live.slurm = job
             current[job.job_id] = live
+        by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
+        for job_id, live in self.jobs.items():
+            if job_id in current and current[job_id].slurm.submit_time == live.slurm.submit_time:
+                continue
+            final = by_key.get((job_id, live.slurm.submit_time))
+            if final is None or final.state.finished:
+                self._ended.append((live, final))
         self.jobs = current
         self._last_now = now
         if current:
@@ -270,7 +279,7 @@ class SlurmCluster:
         self.rounds += 1
         ours = [j for j in self._slurm_jobs if self._ours(j)]
         stats = EnactStats()
-        plan = self._bound(plan, ours, snapshot.now, stats)
+        plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats)
         resumed = self._pending_stops(ours)
         e = en.diff(plan, ours)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
@@ -284,7 +293,10 @@ class SlurmCluster:
         # the journal must know every job a step may name: a resumed stop can act on a job that
         # already left the active set (it exited on its USR1 and shows COMPLETED)
         touched = set(e.stop) | set(e.signal) | set(e.hold) | set(e.start)
-        journal_jobs = dict(self.jobs)
+        ended = [(live, final) for live, final in self._ended
+                 if live.slurm.job_id not in touched and live.slurm.job_id not in resumed]
+        journal_jobs = {live.slurm.job_id: live for live, _ in ended}
+        journal_jobs.update(self.jobs)
         for job in ours:
             if job.job_id in touched and job.job_id not in journal_jobs:
                 journal_jobs[job.job_id] = LiveJob(job, self._spec(job, {}))
@@ -296,6 +308,7 @@ class SlurmCluster:
             raise JournalUnavailable(f"cannot record the round: {type(exc).__name__}: "
                                      f"{exc}") from exc
         self._record_impossible(snapshot.now)
+        self._record_ended(ended, snapshot.now)
         by_id = {j.job_id: j for j in ours}
         finished_meanwhile: set[int] = set()
         for step in en.stop_steps(e):
@@ -325,8 +338,7 @@ class SlurmCluster:
                 for job in ours:
                     if job.job_id in requeue.job_ids:
                         self._signalled.pop((job.job_id, job.submit_time), None)
-                        self._requeued_at.setdefault((job.job_id, job.submit_time),
-                                                     []).append(snapshot.now)
+                        self.guard.requeued(job, snapshot.now)
             stats.stopped = len(to_requeue)
             t0 = self._monotonic()
             still = self._wait_stopped(plan, set(to_requeue), stats)
@@ -373,85 +385,28 @@ class SlurmCluster:
             out[job.job_id] = since
         return out
 
+    def _record_ended(self, ended: list[tuple[LiveJob, SlurmJob | None]], now: float) -> None:
+        """Completion events of the jobs that left the queue (bookkeeping: a failure is
+        logged, never stops the round; reconciliation at the next start covers a lost one)."""
+        self._ended = []
+        for live, final in ended:
+            try:
+                self.journal.job_ended(live, final, now)
+            except Exception as exc:
+                log.warning("could not record that job %s ended (%s: %s)", live.slurm.job_id,
+                            type(exc).__name__, exc)
+
     def _record_impossible(self, now: float) -> None:
         new, self._impossible_new = self._impossible_new, []
         for job, reason in new:
+            if self.ledger is None:
+                self.guard.flag(job, reason, now)
+                continue
             try:
-                if self.ledger is not None:
-                    self.ledger.job_event(job, "flagged", {"reason": reason}, now)
-                elif self.stop_history is not None:
-                    self.stop_history.flag(job, reason, now)
+                self.ledger.job_event(job, "flagged", {"reason": reason}, now)
             except Exception as exc:
                 log.warning("could not record that job %s is flagged (%s: %s)", job.job_id,
                             type(exc).__name__, exc)
-
-    # ------------------------------------------------------------------ churn bounds
-    def _histories(self, jobs: Sequence[SlurmJob]) -> dict[int, en.StopHistory]:
-        """Past stops of `jobs`: the store's when it answers, else this process's memory."""
-        found: Mapping[int, en.StopHistory] = {}
-        if self.stop_history is not None:
-            try:
-                found = self.stop_history.stop_history(jobs)
-            except Exception as exc:  # a failing store must not stop the daemon
-                log.warning("stop history unavailable (%s: %s); using this daemon's memory",
-                            type(exc).__name__, exc)
-        out = {}
-        for job in jobs:
-            h = found.get(job.job_id)
-            mine = tuple(self._requeued_at.get((job.job_id, job.submit_time), ()))
-            if h is None:
-                h = en.StopHistory(preemptions=mine)
-            elif len(mine) > len(h.preemptions):   # the store lost some (failed writes)
-                h = en.StopHistory(mine, h.reports, h.last_ok_checkpoint, h.failed_checkpoints)
-            out[job.job_id] = h
-        return out
-
-    def _bound(self, plan: RoundPlan, ours: Sequence[SlurmJob], now: float,
-               stats: EnactStats) -> RoundPlan:
-        """The plan with the stops the churn bounds forbid dropped, and the starts that no
-        longer fit with them (`enact.bound_plan`)."""
-        live = {(j.job_id, j.submit_time) for j in ours if not j.state.finished}
-        self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in live}
-        self.flagged &= live
-        c = self.churn
-        if not (c.min_run_seconds > 0 or c.max_preemptions_per_day > 0
-                or c.max_stops_without_checkpoint > 0):
-            return plan
-        stopping = [j for j in ours if j.managed and j.job_id not in plan.run
-                    and j.state in (JobState.RUNNING, JobState.SUSPENDED)]
-        if not stopping:
-            return plan
-        histories = self._histories(stopping)
-        keep: dict[int, tuple[str, str]] = {}
-        for job in stopping:
-            reason = en.keep_reason(job, histories[job.job_id], c, now)
-            if reason is None:
-                continue
-            keep[job.job_id] = reason
-            key = (job.job_id, job.submit_time)
-            if reason[0] == "flagged" and key not in self.flagged:
-                self.flagged.add(key)
-                log.warning("job %s flagged: %s; it is left running (never stopped by the "
-                            "daemon again) instead of being requeued in a loop", job.job_id,
-                            reason[1])
-                if self.stop_history is not None:
-                    try:
-                        self.stop_history.flag(job, reason[1], now)
-                    except Exception as exc:
-                        log.warning("could not record that job %s is flagged (%s: %s)",
-                                    job.job_id, type(exc).__name__, exc)
-        if not keep:
-            return plan
-        run, dropped = en.bound_plan(plan.run, ours, keep, self.gpus)
-        stats.kept = {j: r[0] for j, r in keep.items()}
-        stats.dropped = dropped
-        log.info("churn bounds keep %s running%s", ", ".join(
-            f"{j} ({r[1]})" for j, r in sorted(keep.items())),
-            f"; not starting {list(dropped)} (no GPUs left for them)" if dropped else "")
-        info = dict(plan.info)
-        info["churn_kept"] = sorted(keep)
-        info["churn_dropped"] = list(dropped)
-        return RoundPlan(run=run, info=info)
 
     def _run(self, step: en.Step, stats: EnactStats) -> CommandResult:
         try:   # never act without the intent recorded first

@@ -251,6 +251,7 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
     start = timestamp(rec.get("start_time"), ctx, "start_time")
     if state is JobState.PENDING:
         start = None                       # for pending jobs this is only the expected start
+    end = timestamp(rec.get("end_time"), ctx, "end_time") if state.finished else None
     return SlurmJob(
         job_id=job_id,
         name=text(rec.get("name"), ctx, "name"),
@@ -270,6 +271,7 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         comment=text(rec.get("comment"), ctx, "comment"),
         admin_comment=text(rec.get("admin_comment"), ctx, "admin_comment"),
         gres_detail=strings(rec.get("gres_detail"), ctx, "gres_detail"),
+        end_time=end,
         raw=rec,
     )
 

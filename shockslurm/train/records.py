@@ -31,7 +31,8 @@ after signing is refused with a reason that names the claimed job, never a key o
 registered without a key (before schema 0003, or plain `sbatch`) have unsigned reports; they
 are refused unless the daemon runs with `allow_unsigned_reports` (default false). The derived
 key is enough to forge that job's reports, so the store must stay unreadable to users (the
-spool is the multi-user path; direct store reporting is for trusted setups).
+spool is the multi-user path; direct store reporting is for trusted setups). A copy of a report
+already ingested (same job, kind, signed time and content) is refused as a replay.
 """
 
 
@@ -170,7 +171,49 @@ def check_report(session: Session, report: dict[str, Any], *,
     if not good:
         raise BadReport(f"bad signature for {claimed} (another job's secret, or the report was "
                         "changed after signing)")
+    if _already_stored(session, report, job_pk):
+        raise BadReport(f"replayed report for {claimed}: the same {report['kind']} report "
+                        f"(time_s {report['time_s']!r}) is stored already (a copy of an "
+                        "ingested report, or a re-ingest after a crash)")
     return job_pk
+
+
+def _already_stored(session: Session, report: dict[str, Any], job_pk: int) -> bool:
+    """Whether the row this report makes is in the store already: same job, kind, signed time
+    and content (`_identity`).
+
+    Why: a signed report stays valid forever, so a copy of an old one (taken from a shared
+    spool) could be delivered again, e.g. to move the job's reported position back. Its time
+    is signed and stored with its row, so the copy is recognised without a nonce column."""
+    model, conditions = _identity(report)
+    found = select(model.id).where(model.job_pk == job_pk, *conditions).limit(1)
+    return session.scalar(found) is not None
+
+
+def _identity(report: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The model of the row a validated report makes and the conditions that identify it."""
+    from ..store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
+
+    kind, t = report["kind"], float(report["time_s"])
+    if kind == "throughput":
+        return ThroughputSample, [ThroughputSample.time_s == t,
+                                  ThroughputSample.samples_per_s == float(report["samples_per_s"]),
+                                  ThroughputSample.batch_size == report["batch_size"]]
+    if kind == "batch_size_change":
+        return BatchSizeChange, [BatchSizeChange.time_s == t,
+                                 BatchSizeChange.old_batch_size == report["old_batch_size"],
+                                 BatchSizeChange.new_batch_size == report["new_batch_size"]]
+    if kind == "checkpoint":
+        return Checkpoint, [Checkpoint.time_s == t, Checkpoint.step == report["step"],
+                            Checkpoint.path == report["path"]]
+    return JobEvent, [JobEvent.kind == "epoch_done", JobEvent.time_s == t,
+                      JobEvent.detail == _epoch_detail(report)]
+
+
+def _epoch_detail(report: dict[str, Any]) -> str:
+    """The job event detail of an epoch_done report."""
+    return json.dumps({k: report[k] for k in ("epoch", "step", "batch_size", "epochs")
+                       if k in report}, sort_keys=True)
 
 
 def resolve_job_pk(session: Session, report: dict[str, Any]) -> int | None:
@@ -210,8 +253,7 @@ def add_rows(session: Session, report: dict[str, Any], job_pk: int) -> None:
         repo.add_checkpoint(session, job_pk, time_s=t, path=report["path"],
                             step=report["step"], ok=report["ok"])
     elif kind == "epoch_done":
-        detail = {k: report[k] for k in ("epoch", "step", "batch_size", "epochs") if k in report}
         session.add(JobEvent(job_pk=job_pk, time_s=t, kind="epoch_done",
-                             detail=json.dumps(detail, sort_keys=True)))
+                             detail=_epoch_detail(report)))
     else:  # pragma: no cover - validate() rejects it first
         raise BadReport(f"unknown report kind {kind!r}")

@@ -3,9 +3,11 @@
 A training job without a database URL writes one small JSON file per report into
 `$SHOCKSLURM_SPOOL` (atomically: a dot-named temporary, then a rename to `*.json`). The daemon
 calls `ingest_spool(spool_dir, engine)` each round. Files are deleted only after the transaction
-holding their rows has committed, so a crash re-ingests at worst (never loses). A malformed file
-(bad JSON, bad fields, unknown job) or a refused one (unsigned, or a signature that does not
-match the key registered for the job it names: `records.check_report`) is moved to `bad/` with a
+holding their rows has committed, so a crash never loses a report (a file whose rows were
+committed just before the crash is then recognised as a replay and set aside, adding no row). A
+malformed file (bad JSON, bad fields, unknown job) or a refused one (unsigned, a signature that
+does not match the key registered for the job it names, or a copy of a report already stored:
+`records.check_report`) is moved to `bad/` with a
 `.reason` file beside it and a logged warning naming the claimed job; it never stops the ingest.
 No torch import.
 """

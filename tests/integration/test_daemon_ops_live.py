@@ -25,8 +25,9 @@ from sqlalchemy.orm import Session
 
 from shockslurm.ops.config import _toml
 from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, PlanEntry, Round, Run
+from shockslurm.store.models import EnactmentIntent, Job, JobEvent, PlanEntry, Round, Run
 
 pytestmark = pytest.mark.slurm
 
@@ -180,6 +181,12 @@ def test_daemon_operations(tmp_path: Path, slurm_cluster):
         assert "stopped after" in content and "Traceback" not in content
         rounds, _, failed = _store_numbers(engine)
         assert final[("shockslurm_rounds_total", ())] <= rounds
+        # every job that COMPLETED while the daemon ran has its `completed` event (the rho chart)
+        completed = {j for j, st in states_now.items() if st is JobState.COMPLETED}
+        with Session(engine) as s:
+            recorded = set(s.scalars(select(Job.job_id).join(JobEvent, JobEvent.job_pk == Job.id)
+                                     .where(JobEvent.kind == "completed")))
+        assert completed and recorded & set(ours) == completed, (completed, recorded)
         engine.dispose()
         print(content)
 
@@ -194,6 +201,7 @@ def test_daemon_operations(tmp_path: Path, slurm_cluster):
         assert report.returncode == 0, report.stderr
         pngs = sorted(report_dir.glob("*.png"))
         assert any("timeline" in p.name for p in pngs) and any("utilisation" in p.name for p in pngs)
+        assert (report_dir / "rho-by-policy.png") in pngs
         import matplotlib.image as mpimg
         import numpy as np
         for png in pngs:

@@ -13,8 +13,9 @@ Per round (`allocate`):
    bounds; if infeasible (or no solution in time), the relaxed market with priorities
    `min(cap, rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish within a
    round). "now" is the snapshot's clock (the reference uses round count x L).
-4. The chosen rounds per job are packed into the window's rounds (`pack`): highest priority
-   (then highest rho) first, each job on the earliest block of consecutive rounds with room for
+4. The chosen rounds per job are packed into the window's rounds (`pack`): jobs behind target
+   that cannot fit beside the jobs planned for every round first, then those, then highest
+   priority (then highest rho), each job on the earliest block of consecutive rounds with room for
    its gang, else on the earliest rounds with room (jobs that do not fit lose rounds).
 5. Work conservation for the round about to run: idle GPUs go to unscheduled jobs, longest
    forecast remaining time first, first fit.
@@ -195,10 +196,16 @@ class Shockwave:
         status = res.status
         ids = [v.job_id for v in views]
         if res.ok:
-            # jobs planned for every window round first (they run in every round whatever the
-            # order; placed late they would find the rounds fragmented), then by priority
+            # Jobs behind their fairness target whose gang cannot fit beside the jobs planned
+            # for every window round come before those: placed after them they would find
+            # every round short of GPUs and lose all their rounds, re-solve after re-solve (a
+            # short whole-cluster job behind one 1-GPU job planned for the window starved for
+            # two hours on the built-in workload). Then the jobs planned for every window round
+            # (placed late they would find the rounds fragmented), then by priority.
             full = res.rounds >= T
-            order = sorted(range(N), key=lambda i: (not full[i], -prio[i], -rho[i], ids[i]))
+            crowded = behind & (gang > snap.gpus - int(gang[full].sum()))
+            order = sorted(range(N), key=lambda i: (not crowded[i], not full[i], -prio[i],
+                                                    -rho[i], ids[i]))
             rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
             self.plan = pack([ids[i] for i in order], rounds,
                              {v.job_id: v.gang_size for v in views}, snap.gpus, T)
