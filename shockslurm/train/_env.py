@@ -36,6 +36,17 @@ def rank() -> int:
     return 0 if found is None else found
 
 
+def distributed() -> bool:
+    """Whether torch.distributed is up with more than one rank (collectives are needed)."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized()
+                    and dist.get_world_size() > 1)
+    except Exception:  # pragma: no cover - defensive: a half-initialised group
+        return False
+
+
 def world_size() -> int:
     torch = sys.modules.get("torch")
     if torch is not None:

@@ -237,8 +237,13 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = No
 
 def restore(state: dict[str, Any], model: torch.nn.Module,
             optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
-            scaler: Any = None, rng: bool = True) -> None:
-    """Load a `capture()` dict back into live objects (RNG last, so nothing consumes it after)."""
+            scaler: Any = None, rng: bool = True, rng_rank: int = 0,
+            world_size: int = 1) -> None:
+    """Load a `capture()` dict back into live objects (RNG last, so nothing consumes it after).
+
+    A checkpoint of a multi-rank run holds every rank's RNG states (`rng_ranks`); rank
+    `rng_rank` takes its own when the world size is unchanged, else rank 0's (with a warning:
+    the run continues, but not bit-identically)."""
     if state.get("format") != FORMAT_VERSION:
         raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r}")
     model.load_state_dict(state["model"])
@@ -249,4 +254,12 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     if scaler is not None and state.get("scaler") is not None:
         scaler.load_state_dict(state["scaler"])
     if rng:
-        set_rng_state(state["rng"])
+        ranks = state.get("rng_ranks")
+        if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
+            set_rng_state(ranks[rng_rank])
+        else:
+            if ranks or world_size > 1:
+                log.warning("shockslurm.train: checkpoint has RNG states of %d rank(s), this run "
+                            "has %d; every rank restores rank 0's", len(ranks or [1]),
+                            world_size)
+            set_rng_state(state["rng"])

@@ -15,7 +15,7 @@ A stop is also requested by a file the scheduler creates: `$SHOCKSLURM_STOP_FILE
 `file_poll_s` seconds (a stat on a shared filesystem is not free).
 
 Under srun and torchrun every rank has its own lease; when torch.distributed is initialised the
-ranks agree (all-reduce MAX of the flag) so that all of them stop at the same step.
+ranks agree (all-reduce MAX of the flag, `poll`) so that all of them stop at the same step.
 """
 
 from __future__ import annotations
@@ -132,6 +132,12 @@ class Lease:
 
     def should_stop(self) -> bool:
         """True once a stop was asked for (sticky). Collective when torch.distributed is up."""
+        return self.poll()[0]
+
+    def poll(self, save_due: bool = False) -> tuple[bool, bool]:
+        """(stop, save due) agreed by all ranks in ONE all-reduce (MAX) when torch.distributed
+        is up, so every rank stops, and checkpoints, at the same step: a rank's own clock
+        (`every_seconds`) must not decide a collective save alone."""
         local = self._local()
         torch = sys.modules.get("torch")
         if self.sync_ranks and torch is not None:
@@ -140,10 +146,12 @@ class Lease:
                 backend = dist.get_backend()
                 device = (torch.device("cuda", torch.cuda.current_device())
                           if backend == "nccl" else torch.device("cpu"))
-                flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                if int(flag.item()) and not local:
+                flags = torch.tensor([int(local), int(save_due)], dtype=torch.int32,
+                                     device=device)
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+                stop, due = (bool(int(v)) for v in flags.tolist())
+                if stop and not local:
                     self._flag = True
                     self.reason = self.reason or "another rank stopped"
-                return bool(int(flag.item()))
-        return local
+                return stop, due
+        return local, save_due

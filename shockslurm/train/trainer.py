@@ -151,12 +151,19 @@ class ShockTrainer:
 
     # ------------------------------------------------------------------ checkpoint
     def state(self) -> dict[str, Any]:
+        """The checkpoint dict (collective under torch.distributed: every rank's RNG states are
+        gathered, since ranks seeded apart draw different dropout masks and noise)."""
         data = {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
                 "global_step": self.global_step, "sampler": "seeded-permutation",
                 "seed": self.seed, "num_epochs": self.num_epochs}
-        return capture(self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
-                       data=data, batch_size=self.batch_size, step=self.global_step,
-                       extras=self.extras)
+        state = capture(self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
+                        data=data, batch_size=self.batch_size, step=self.global_step,
+                        extras=self.extras)
+        if _env.distributed():
+            ranks: list[Any] = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(ranks, state["rng"])
+            state["rng_ranks"] = ranks
+        return state
 
     def save(self) -> Path | None:
         """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up)."""
@@ -188,7 +195,8 @@ class ShockTrainer:
                             "%s; starting from scratch", _env.restart_count(), self.ckpt.directory)
             return False
         path, state = found
-        restore(state, self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler)
+        restore(state, self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
+                rng_rank=_env.rank(), world_size=_env.world_size())
         data = state["data"]
         self.global_step = int(state["step"])
         self.epoch = int(data["epoch"])
@@ -287,12 +295,17 @@ class ShockTrainer:
                 step_in_epoch=self.step_in_epoch, steps_per_epoch=self.steps_per_epoch,
                 epoch_progress=self.epoch + self.step_in_epoch / max(1, self.steps_per_epoch))
             self._window_start, self._window_samples = now, 0
-        due = (self.every_steps is not None and self.global_step % self.every_steps == 0) or (
-            self.every_seconds is not None
-            and time.monotonic() - self._last_save_time >= self.every_seconds)
-        if due:
+        step_due = self.every_steps is not None and self.global_step % self.every_steps == 0
+        time_due = (self.every_seconds is not None
+                    and time.monotonic() - self._last_save_time >= self.every_seconds)
+        stop = False
+        if self.global_step % self.check_every == 0:
+            stop, time_due = self.lease.poll(time_due)   # one collective under torch.distributed
+        elif _env.distributed():
+            time_due = False     # each rank's clock differs: decided at the next agreed poll
+        if step_due or time_due:
             self.save()
-        if self.global_step % self.check_every == 0 and self.lease.should_stop():
+        if stop:
             return self._stop()
         return False
 

@@ -1,0 +1,87 @@
+"""The training helper under torchrun with two ranks (CPU, gloo): `examples/train_ddp.py`.
+
+Only rank 1 is signalled; both ranks stop at the same step, rank 0's checkpoint holds both
+ranks' RNG states (they are seeded apart), and the resumed run ends with weights bit-identical
+to an uninterrupted one. Time-based checkpoints (`every_seconds`, each rank's own clock) run
+throughout: were they not agreed between the ranks, the collectives would mismatch and hang.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh)
+
+from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
+STOP_RE = re.compile(r"stopping at step (\d+) \((.*)\)")
+
+
+def _torchrun(tmp: Path, ckpt: str, out: str, *more: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", str(EXAMPLE), "--ckpt-dir", str(tmp / ckpt), "--out", str(tmp / out),
+            "--every-seconds", "0.3", "--sleep", "0.02", *more]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHOCKSLURM_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
+    ref = subprocess.run(_torchrun(tmp_path, "ref-ck", "ref.pt"), capture_output=True, text=True,
+                         timeout=180, env=_env())
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    reference = torch.load(tmp_path / "ref.pt")
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = subprocess.Popen(_torchrun(tmp_path, "ck", "final.pt", "--pid-dir", str(pids)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids / "rank1.pid").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        time.sleep(2.0)                                  # well into training (160 steps ~ 6 s)
+        os.kill(int((pids / "rank1.pid").read_text()), signal.SIGUSR1)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    stops = STOP_RE.findall(output)
+    assert len(stops) == 2, output[-3000:]
+    steps = {int(s) for s, _ in stops}
+    assert len(steps) == 1 and 0 < steps.pop() < 160, stops          # the same step, mid-run
+    reasons = sorted(r for _, r in stops)
+    assert reasons == ["another rank stopped", "signal SIGUSR1"], reasons
+    assert "finished step" not in output
+
+    found = CheckpointManager(tmp_path / "ck").load_latest()
+    assert found is not None
+    ranks = found[1]["rng_ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+
+    again = subprocess.run(_torchrun(tmp_path, "ck", "final.pt"), capture_output=True, text=True,
+                           timeout=180, env=_env())
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = re.findall(r"rank (\d) resumed \S+ step (\d+)", again.stdout)
+    assert sorted(r for r, _ in resumed) == ["0", "1"] and len({s for _, s in resumed}) == 1
+    assert again.stdout.count("finished step 160") == 2, again.stdout
+    final = torch.load(tmp_path / "final.pt")
+    assert final.keys() == reference.keys()
+    for name in reference:
+        assert torch.equal(final[name], reference[name]), f"{name} differs"
