@@ -300,12 +300,18 @@ class DaemonRunner:
         self._recovered()
         return None
 
+    def _outage(self, what: str, active: bool) -> None:
+        if active:
+            self.outages[what] += 1
+        if self.daemon.metrics is not None:
+            self.daemon.metrics.outage(what, active)
+
     def _slurm_failed(self, exc: Exception) -> float:
         self.failures += 1
         delay = min(self.backoff_max_s, self.backoff_start_s * 2 ** (self.failures - 1))
         if self.slurm_down_since is None:
             self.slurm_down_since = self.monotonic()
-            self.outages["slurm"] += 1
+            self._outage("slurm", True)
             log.error("Slurm cannot be read or reached (%s); no actions until it answers, "
                       "retrying with backoff (at most %g s)", mask(str(exc)).strip(),
                       self.backoff_max_s, extra={"fields": {"event": "outage", "what": "slurm"}})
@@ -316,7 +322,7 @@ class DaemonRunner:
     def _store_failed(self, exc: Exception) -> float:
         if self.store_down_since is None:
             self.store_down_since = self.monotonic()
-            self.outages["store"] += 1
+            self._outage("store", True)
             log.error("the store is unavailable (%s); the daemon takes no action it cannot "
                       "record, retrying every round", mask(str(exc)).strip(),
                       extra={"fields": {"event": "outage", "what": "store"}})
@@ -331,6 +337,7 @@ class DaemonRunner:
         took = self.monotonic() - (self.monotonic() if self.slurm_down_since is None
                                  else self.slurm_down_since)
         self.slurm_down_since = None
+        self._outage("slurm", False)
         log.warning("Slurm answers again after a %.1f s outage; rounds resume", took,
                     extra={"fields": {"event": "recovered", "what": "slurm",
                                       "outage_s": round(took, 3)}})
@@ -342,6 +349,7 @@ class DaemonRunner:
         if self.store_down_since is not None:
             took = self.monotonic() - self.store_down_since
             self.store_down_since = None
+            self._outage("store", False)
             log.warning("the store is writable again after %.1f s; rounds resume", took,
                         extra={"fields": {"event": "recovered", "what": "store",
                                           "outage_s": round(took, 3)}})

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from shockslurm.daemon import RC_UNKNOWN, DaemonRunner, build_daemon, parse_config
 from shockslurm.model import RoundPlan
+from shockslurm.ops.metrics import DaemonMetrics
 from shockslurm.slurm.types import CommandResult, JobState, SlurmError
 from shockslurm.store import open_store
 from shockslurm.store.models import EnactmentIntent, Job, JobEvent
@@ -87,10 +88,10 @@ def engine(tmp_path):
     e.dispose()
 
 
-def daemon(engine, backend, **daemon_keys):
+def daemon(engine, backend, metrics=None, **daemon_keys):
     cfg = parse_config({"daemon": {"round_seconds": 10, "grace_seconds": 5, "policy": "fifo",
                                    "min_run_seconds": 0, **daemon_keys}})
-    d = build_daemon(cfg, backend, engine=engine, emit=lambda _line: None)
+    d = build_daemon(cfg, backend, engine=engine, emit=lambda _line: None, metrics=metrics)
     sleeps: list[float] = []
     d.cluster._sleep = sleeps.append
     d.sleeps = sleeps          # type: ignore[attr-defined]
@@ -185,7 +186,11 @@ def test_reconcile_resolves_open_intents_and_records_finished_and_vanished(engin
 # ------------------------------------------------------------------ outages
 def test_slurm_outage_logged_once_backed_off_and_recovered(engine, caplog):
     b = Backend([running(1), job(2, gpus=8)])
-    runner = DaemonRunner(daemon(engine, b), parse_config({}))
+    metrics = DaemonMetrics()
+    runner = DaemonRunner(daemon(engine, b, metrics=metrics), parse_config({}))
+
+    def gauge(name, what):
+        return metrics.registry.get_sample_value(name, {"what": what})
     t = [0.0]
     runner.monotonic = lambda: t[0]
     b.down = True
@@ -195,6 +200,8 @@ def test_slurm_outage_logged_once_backed_off_and_recovered(engine, caplog):
         delays.append(runner.attempt())
         t[0] += delays[-1]
     assert delays == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert gauge("shockslurm_outage_active", "slurm") == 1           # one outage, still on
+    assert gauge("shockslurm_outages_total", "slurm") == 1
     assert b.log == []                                           # nothing done on stale state
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "no actions" in errors[0].getMessage()
@@ -203,6 +210,9 @@ def test_slurm_outage_logged_once_backed_off_and_recovered(engine, caplog):
     back = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
     assert back == ["Slurm answers again after a 243.0 s outage; rounds resume"]
     assert runner.outages == {"slurm": 1, "store": 0}
+    assert gauge("shockslurm_outage_active", "slurm") == 0
+    assert (gauge("shockslurm_outages_total", "slurm"), gauge("shockslurm_outages_total",
+                                                              "store")) == (1, 0)
 
 
 def test_an_action_that_finds_the_controller_down_ends_the_round(engine):
@@ -301,7 +311,7 @@ def test_ends_are_recorded_each_round_and_give_live_runs_a_rho(engine):
 
     b = Backend([running(1, gpus=4), running(2, gpus=2), running(3, gpus=2),
                  running(5, gpus=8)], exit_on_usr1=True)
-    d = daemon(engine, b)
+    d = daemon(engine, b, metrics=DaemonMetrics())     # as the daemon runs: journal wrapped
     round_(d, {1, 2, 3, 5})
     b._jobs = [replace(j, state=JobState.COMPLETED, end_time=NOW + 7) if j.job_id == 1 else
                replace(j, state=JobState.FAILED, end_time=NOW + 8) if j.job_id == 2 else j

@@ -14,6 +14,8 @@ Every name starts with `shockslurm_`:
 | `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
 | `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
 | `shockslurm_config_reloads_total{result}` | counter | SIGHUP reloads, `ok` or `error` |
+| `shockslurm_outages_total{what}` | counter | outages begun: `slurm` (cannot be read or reached) or `store` (cannot record) |
+| `shockslurm_outage_active{what}` | gauge | 1 while that outage lasts (no actions are taken), else 0 |
 
 Forecast error, defined: the first round a job is seen RUNNING, the daemon records its forecast
 remaining run time F = remaining iterations / iterations per second (the policy's view of the
@@ -37,6 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
+OUTAGE_KINDS = ("slurm", "store")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 ERROR_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200)
 
@@ -100,6 +103,14 @@ class DaemonMetrics:
                                 "Unix time of the latest round.", registry=r)
         self.reloads = Counter("shockslurm_config_reloads", "Configuration reloads (SIGHUP).",
                                ["result"], registry=r)
+        self.outages = Counter("shockslurm_outages", "Outages begun (slurm or store).",
+                               ["what"], registry=r)
+        self.outage_active = Gauge("shockslurm_outage_active",
+                                   "1 while an outage lasts (no actions), else 0.", ["what"],
+                                   registry=r)
+        for what in OUTAGE_KINDS:
+            self.outages.labels(what=what)
+            self.outage_active.labels(what=what).set(0)
         self._forecasts: dict[int, _Forecast] = {}
 
     # ------------------------------------------------------------------ recording
@@ -145,6 +156,12 @@ class DaemonMetrics:
                     forecast_s=float(view.remaining_iterations) / ips,
                     run_time_0=float(view.run_time_s), last_run_time=float(view.run_time_s),
                     last_running=True, last_seen=now)
+
+    def outage(self, what: str, active: bool) -> None:
+        """An outage of `what` (slurm, store) begins (active) or ends."""
+        if active:
+            self.outages.labels(what=what).inc()
+        self.outage_active.labels(what=what).set(1 if active else 0)
 
     def record_outcome(self, action: str, job_count: int, returncode: int, stderr: str) -> None:
         if returncode != 0:
@@ -211,3 +228,7 @@ class MetricsJournal:
             self.inner.outcome(inner_handle, result)
         self.metrics.record_outcome(step.action, len(step.job_ids), result.returncode,
                                     result.stderr or "")
+
+    def job_ended(self, job: Any, final: Any, now: float) -> None:
+        if self.inner is not None:
+            self.inner.job_ended(job, final, now)

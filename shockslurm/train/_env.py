@@ -21,43 +21,40 @@ def _int_env(*names: str) -> int | None:
     return None
 
 
+def _group():  # type: ignore[no-untyped-def]
+    """torch.distributed when torch is imported and a process group is up, else None."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:  # pragma: no cover - defensive: a half-initialised group
+        pass
+    return None
+
+
 def rank() -> int:
     """This process's global rank: torch.distributed when initialised, else RANK (torchrun),
     else SLURM_PROCID (srun), else 0."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                return int(dist.get_rank())
-        except Exception:  # pragma: no cover - defensive: a half-initialised group
-            pass
+    dist = _group()
+    if dist is not None:
+        return int(dist.get_rank())
     found = _int_env("RANK", "SLURM_PROCID")
     return 0 if found is None else found
 
 
-def distributed() -> bool:
-    """Whether torch.distributed is up with more than one rank (collectives are needed)."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    try:
-        return bool(dist is not None and dist.is_available() and dist.is_initialized()
-                    and dist.get_world_size() > 1)
-    except Exception:  # pragma: no cover - defensive: a half-initialised group
-        return False
-
-
 def world_size() -> int:
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                return int(dist.get_world_size())
-        except Exception:  # pragma: no cover
-            pass
+    dist = _group()
+    if dist is not None:
+        return int(dist.get_world_size())
     found = _int_env("WORLD_SIZE", "SLURM_NTASKS")
     return 1 if found is None else max(1, found)
+
+
+def distributed() -> bool:
+    """Whether torch.distributed is up with more than one rank (collectives are needed)."""
+    dist = _group()
+    return dist is not None and int(dist.get_world_size()) > 1
 
 
 def job_gpus() -> int:

@@ -30,6 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Iterable
 
+from . import _env
+
 log = logging.getLogger("shockslurm.train")
 
 DEFAULT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
@@ -139,19 +141,16 @@ class Lease:
         is up, so every rank stops, and checkpoints, at the same step: a rank's own clock
         (`every_seconds`) must not decide a collective save alone."""
         local = self._local()
-        torch = sys.modules.get("torch")
-        if self.sync_ranks and torch is not None:
-            dist = torch.distributed
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                backend = dist.get_backend()
-                device = (torch.device("cuda", torch.cuda.current_device())
-                          if backend == "nccl" else torch.device("cpu"))
-                flags = torch.tensor([int(local), int(save_due)], dtype=torch.int32,
-                                     device=device)
-                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-                stop, due = (bool(int(v)) for v in flags.tolist())
-                if stop and not local:
-                    self._flag = True
-                    self.reason = self.reason or "another rank stopped"
-                return stop, due
-        return local, save_due
+        if not (self.sync_ranks and _env.distributed()):
+            return local, save_due
+        torch = sys.modules["torch"]
+        dist = torch.distributed
+        device = (torch.device("cuda", torch.cuda.current_device())
+                  if dist.get_backend() == "nccl" else torch.device("cpu"))
+        flags = torch.tensor([int(local), int(save_due)], dtype=torch.int32, device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        stop, due = (bool(int(v)) for v in flags.tolist())
+        if stop and not local:
+            self._flag = True
+            self.reason = self.reason or "another rank stopped"
+        return stop, due
