@@ -48,3 +48,19 @@ def test_gang_larger_than_cluster_is_rejected(tmp_path) -> None:
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--gpus", "4",
                                       "--policy", "fifo"])
     assert result.exit_code != 0 and "need more GPUs" in result.output
+
+
+def test_gavel_quirks_can_be_turned_off_for_the_baselines(tmp_path) -> None:
+    """--resolve-interval 0 --no-idle-new-jobs: a baseline re-solves every round and new jobs
+    get idle GPUs at once, which changes its schedule; the header says which mode ran."""
+    runs = {}
+    for name, extra in (("gavel", []), ("eager", ["--resolve-interval", "0",
+                                                  "--no-idle-new-jobs"])):
+        out = tmp_path / f"{name}.json"
+        result = CliRunner().invoke(cli, ["simulate", "--policy", "max_sum_throughput",
+                                          "--no-progress", "--json", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        runs[name] = (result.output.splitlines()[0], json.loads(out.read_text()))
+    assert "re-solve every 1000 s, new jobs wait for it" in runs["gavel"][0]
+    assert "re-solve every 0 s" in runs["eager"][0] and "wait" not in runs["eager"][0]
+    assert runs["eager"][1]["avg_jct_s"] < runs["gavel"][1]["avg_jct_s"]

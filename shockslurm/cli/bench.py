@@ -19,13 +19,16 @@ def bench_group() -> None:
 @click.option("--gpus", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--identical", is_flag=True,
+              help="All jobs identical and not started (a fresh sweep: the symmetric case).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON to this file.")
-def bench_solver_cmd(jobs: int, gpus: int, repeats: int, seed: int, json_out: Path | None) -> None:
+def bench_solver_cmd(jobs: int, gpus: int, repeats: int, seed: int, identical: bool,
+                     json_out: Path | None) -> None:
     """Time single Shockwave re-solves on a synthetic snapshot of JOBS active jobs."""
     from ..policies.shockwave.bench import bench_solver
 
-    result = bench_solver(jobs=jobs, gpus=gpus, repeats=repeats, seed=seed)
+    result = bench_solver(jobs=jobs, gpus=gpus, repeats=repeats, seed=seed, identical=identical)
     text = json.dumps(result, indent=2)
     click.echo(text)
     if json_out is not None:

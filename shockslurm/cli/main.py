@@ -111,6 +111,15 @@ def format_table(results: list[SimResult]) -> str:
                    "simulator's rules (comparable with its published numbers), 'profile' follows "
                    "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
                    "TSV traces and 'profile' otherwise.")
+@click.option("--resolve-interval", type=click.FloatRange(min=0), default=1000.0,
+              show_default=True,
+              help="Baselines (Gavel-style policies) re-solve at most this often, plus on "
+                   "arrivals and completions after it; 0 re-solves every round. The default is "
+                   "Gavel's gate, as in the reference simulator.")
+@click.option("--idle-new-jobs/--no-idle-new-jobs", default=True, show_default=True,
+              help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "
+                   "next re-solve (Gavel, as in the reference simulator); --no-idle-new-jobs "
+                   "hands them idle GPUs at once.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the results, one object per policy, to this JSON file.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -122,8 +131,9 @@ def format_table(results: list[SimResult]) -> str:
                                  "rho per policy) to this directory; the paths are printed.")
 def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | None,
                  gpus: int | None, policy: str, round_seconds: float, restart_overhead: float,
-                 adaptation: str, json_out: Path | None, progress: bool,
-                 db_url: str | None, plot_dir: Path | None) -> None:
+                 adaptation: str, resolve_interval: float, idle_new_jobs: bool,
+                 json_out: Path | None, progress: bool, db_url: str | None,
+                 plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
     names = _policies(policy)
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
@@ -140,7 +150,8 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
         if adaptation == "auto":
             adaptation = "reference" if trace is not None and not _is_jsonl(trace) else "profile"
         config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
-                           adaptation=adaptation)
+                           adaptation=adaptation, min_resolve_interval_s=resolve_interval,
+                           idle_unallocated=idle_new_jobs)
         results = []
         for name in names:
             bar = DelayedProgress(f"{name:>22}") if progress else None
@@ -152,7 +163,9 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{len(jobs)} jobs, {gpus} GPUs, {round_seconds:g} s rounds, "
-               f"{restart_overhead:g} s restart overhead, adaptation={adaptation}")
+               f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
+               f"re-solve every {resolve_interval:g} s"
+               f"{', new jobs wait for it' if idle_new_jobs else ''}")
     click.echo(format_table(results))
     if json_out is not None:
         payload = [r.as_dict() for r in results]

@@ -44,11 +44,25 @@ def synthetic_snapshot(jobs: int, gpus: int, seed: int = 0, round_s: float = 120
     return Snapshot(now=now, round_index=30, round_s=round_s, gpus=gpus, jobs=tuple(views))
 
 
+def identical_snapshot(jobs: int, gpus: int, round_s: float = 120.0) -> Snapshot:
+    """`jobs` identical 1-GPU jobs that have not started (a parameter sweep just submitted):
+    the market's integer program is then fully symmetric, its hardest case."""
+    epochs, ipe, epoch_s = 10, 64, 60.0
+    views = tuple(JobView(
+        job_id=j + 1, gang_size=1, arrival_s=1000.0, num_epochs=epochs, epochs_done=0.0,
+        batch_size=32, iterations_per_s=ipe / epoch_s, remaining_iterations=epochs * ipe,
+        iterations_per_epoch=ipe, observed_batch_sizes=(), profile_batch_sizes=(32,) * epochs,
+        profile_epoch_durations=(epoch_s,) * epochs, exclusive_runtime_s=epochs * epoch_s,
+        run_time_s=0.0, ran_last_round=False) for j in range(jobs))
+    return Snapshot(now=2000.0, round_index=0, round_s=round_s, gpus=gpus, jobs=views)
+
+
 def bench_solver(jobs: int, gpus: int, repeats: int = 5, seed: int = 0,
-                 config: ShockwaveConfig | None = None) -> dict:
+                 config: ShockwaveConfig | None = None, identical: bool = False) -> dict:
     """Median and p95 wall time of a full re-solve (forecasts, both market attempts, packing)
-    of a fresh policy on a synthetic snapshot of `jobs` active jobs on `gpus` GPUs."""
-    snap = synthetic_snapshot(jobs, gpus, seed)
+    of a fresh policy on a synthetic snapshot of `jobs` active jobs on `gpus` GPUs (mixed, or
+    all `identical`)."""
+    snap = identical_snapshot(jobs, gpus) if identical else synthetic_snapshot(jobs, gpus, seed)
     times, info = [], {}
     for _ in range(max(1, repeats)):
         policy = Shockwave(config)
@@ -58,6 +72,7 @@ def bench_solver(jobs: int, gpus: int, repeats: int = 5, seed: int = 0,
         info = dict(plan.info)
     times.sort()
     p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-    return {"jobs": jobs, "gpus": gpus, "median_solve_s": statistics.median(times),
+    return {"jobs": jobs, "gpus": gpus, "identical": identical,
+            "median_solve_s": statistics.median(times),
             "p95_solve_s": p95, "objective": info.get("objective"), "status": info.get("status"),
             "relaxed": info.get("relaxed")}

@@ -33,6 +33,12 @@ class ShockwaveConfig:
     time_limit_s: float = 15.0
     """Wall-clock budget of one re-solve (both attempts together); on expiry without a solution
     the planner falls back to the previous plan or a fair greedy schedule."""
+    mip_time_limit_s: float = 2.0
+    """Wall-clock budget of the integer program in one attempt; on expiry the best solution HiGHS
+    has found is used (status "feasible"). Why: many identical jobs (a parameter sweep, a fresh
+    queue) make the program symmetric, and HiGHS finds its best solution within a second but
+    takes far longer to prove it (1,000 identical pending jobs on 32 GPUs: the same plan after 1 s
+    as after the 15 s limit)."""
     solver_threads: int = 1
     momentum: float = 0.9
     """Weight of the time-weighted average in the fairness target (rest: latest estimate)."""
@@ -78,5 +84,7 @@ class ShockwaveConfig:
             raise ValueError("progress_model must be 'forecast' or 'past'")
         if self.time_limit_s <= 0:
             raise ValueError("time_limit_s must be positive")
+        if self.mip_time_limit_s <= 0:
+            raise ValueError("mip_time_limit_s must be positive")
         if self.priority_cap < 1:
             raise ValueError("priority_cap must be >= 1")

@@ -80,8 +80,10 @@ def segments(breakpoints, log_zero: float) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def solve_market(inp: MarketInput, *, breakpoints, log_zero: float, integer: bool,
-                 gap: float, time_limit_s: float) -> MarketResult:
-    """Build the aggregated program in matrix form and solve it with HiGHS."""
+                 gap: float, time_limit_s: float,
+                 mip_time_limit_s: float = math.inf) -> MarketResult:
+    """Build the aggregated program in matrix form and solve it with HiGHS, within
+    `time_limit_s` (and `mip_time_limit_s` for the integer program)."""
     t0 = time.perf_counter()
     n = len(inp.gang)
     if n == 0:
@@ -153,7 +155,10 @@ def solve_market(inp: MarketInput, *, breakpoints, log_zero: float, integer: boo
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(max(time_limit_s - (time.perf_counter() - t0), 1e-6)))
+    left = time_limit_s - (time.perf_counter() - t0)
+    if integer:
+        left = min(left, mip_time_limit_s)
+    h.setOptionValue("time_limit", float(max(left, 1e-6)))
     h.setOptionValue("mip_rel_gap", float(gap))
     h.setOptionValue("random_seed", 0)
     try:

@@ -178,7 +178,8 @@ class Shockwave:
             return solve_market(MarketInput(priority=priority, f_lower=f_lower, **base),
                                 breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
                                 integer=integer, gap=cfg.solver_gap,
-                                time_limit_s=deadline - time.perf_counter())
+                                time_limit_s=deadline - time.perf_counter(),
+                                mip_time_limit_s=cfg.mip_time_limit_s)
 
         # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
         slack = share * (cfg.rhomax * target - (snap.now + T * L))
