@@ -58,6 +58,9 @@ class ListJournal:
     def outcome(self, handle, result):
         self.events.append(("outcome", result.argv, result.returncode))
 
+    def job_ended(self, job, final, now):
+        self.events.append(("ended", job.slurm.job_id, final and final.state.value))
+
 
 def test_observe_reads_twice_and_nets_foreign_gpus():
     foreign = replace(job(9, JobState.RUNNING, managed=False), gpus_per_node=3)
