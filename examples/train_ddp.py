@@ -29,6 +29,40 @@ from shockslurm.train import ShockTrainer  # noqa: E402
 from train_mnist_like import SCHEDULE, make_data, make_model  # noqa: E402
 
 
+def _shutdown() -> None:
+    """All ranks leave together, then tear the group down: a rank that destroys its group while
+    another still uses its connections can abort inside gloo at exit."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
+          opt: torch.optim.Optimizer, rank: int, world: int, device: torch.device) -> None:
+    x, y = make_data()
+    loss_fn = nn.CrossEntropyLoss()
+    with ShockTrainer(ddp, opt, ckpt_dir=args.ckpt_dir, every_steps=None,
+                      every_seconds=args.every_seconds, seed=args.seed) as st:
+        if args.pid_dir:      # signal handlers are installed from here on
+            Path(args.pid_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
+        if st.resumed_from:
+            print(f"rank {rank} resumed {st.resumed_from.name} step {st.global_step}",
+                  flush=True)
+        for _, _, batches in st.epochs((x, y), SCHEDULE, args.epochs):
+            for _, (xb, yb) in batches:
+                xb, yb = xb[rank::world].to(device), yb[rank::world].to(device)
+                if random.random() < 0.5:
+                    xb = xb + 0.1 * torch.randn_like(xb)
+                opt.zero_grad(set_to_none=True)
+                loss_fn(ddp(xb), yb).backward()
+                opt.step()
+                if args.sleep:
+                    time.sleep(args.sleep)
+                st.step()
+        if rank == 0 and args.out:
+            torch.save(model.state_dict(), args.out)
+        print(f"rank {rank} finished step {st.global_step}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ckpt-dir", required=True)
@@ -46,39 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     if gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     device = torch.device("cuda") if gpu else torch.device("cpu")
-    if args.pid_dir:
-        Path(args.pid_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
     torch.set_num_threads(1)
     torch.manual_seed(0)                       # the same initial weights on every rank
     model = make_model().to(device)
     torch.manual_seed(args.seed + 1000 * rank)  # then per-rank streams (noise, dropout)
     random.seed(args.seed + rank)
     ddp = DistributedDataParallel(model)
-    x, y = make_data()
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
     try:
-        with ShockTrainer(ddp, opt, ckpt_dir=args.ckpt_dir, every_steps=None,
-                          every_seconds=args.every_seconds, seed=args.seed) as st:
-            if st.resumed_from:
-                print(f"rank {rank} resumed {st.resumed_from.name} step {st.global_step}",
-                      flush=True)
-            for _, _, batches in st.epochs((x, y), SCHEDULE, args.epochs):
-                for _, (xb, yb) in batches:
-                    xb, yb = xb[rank::world].to(device), yb[rank::world].to(device)
-                    if random.random() < 0.5:
-                        xb = xb + 0.1 * torch.randn_like(xb)
-                    opt.zero_grad(set_to_none=True)
-                    loss_fn(ddp(xb), yb).backward()
-                    opt.step()
-                    if args.sleep:
-                        time.sleep(args.sleep)
-                    st.step()
-            if rank == 0 and args.out:
-                torch.save(model.state_dict(), args.out)
-            print(f"rank {rank} finished step {st.global_step}", flush=True)
-    finally:
-        dist.destroy_process_group()
+        train(args, ddp, model, opt, rank, world, device)
+    except SystemExit:       # the helper stopped every rank at the same step, checkpoint written
+        _shutdown()
+        raise
+    _shutdown()              # (after an error, no barrier: the other ranks may never reach it)
     return 0
 
 
