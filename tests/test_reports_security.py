@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -201,16 +202,56 @@ def test_shocksub_puts_the_secret_in_the_0600_script_and_only_its_key_in_the_sto
     line = next(ln for ln in script.read_text().splitlines()
                 if ln.startswith("export SHOCKSLURM_REPORT_SECRET="))
     secret = line.split("=", 1)[1]
-    assert len(secret) == 32 and int(secret, 16) >= 0
+    assert re.fullmatch(r"ed25519:[A-Za-z0-9_-]{43}", secret), secret
     assert secret not in argv_log.read_text() and secret not in result.output
     engine = open_store(db)
     try:
         with Session(engine) as s:
             job = s.scalars(select(Job).where(Job.job_id == 4242)).one()
             assert job.report_key == derive_key(secret) and job.report_key != secret
+            assert job.report_key.startswith("ed25519:")        # the public key only
     finally:
         engine.dispose()
     # a dry run shows no secret at all
     dry = CliRunner().invoke(shocksub.main, ["--dry-run", "--model", "ResNet-18", "--epochs",
                                              "2", "--", "python", "t.py"])
     assert "export SHOCKSLURM_REPORT_SECRET=dry-run-no-secret" in dry.output
+
+
+def test_ed25519_reports_cannot_be_forged_from_what_the_store_holds(tmp_path):
+    """shocksub's secrets are Ed25519 private keys and the store keeps only the public key: a
+    report signed with what the store holds (the registered key, read from the database or a
+    backup) is refused, unlike with the legacy HMAC keys, while the job's own reports pass."""
+    from shockslurm.train.records import new_secret, signing_key
+
+    carol = new_secret()
+    engine = open_store(f"sqlite:///{tmp_path / 'ed.db'}", create=True)
+    try:
+        with Session(engine) as s, s.begin():
+            repo.register_submitted_job(s, "slurm", job_id=40, submit_s=1e9, model="m",
+                                        epochs=2, samples_per_epoch=100, batch_sizes=[32],
+                                        gang_size=1, report_key=derive_key(carol))
+        with Session(engine) as s:
+            stored = s.scalar(select(Job.report_key).where(Job.job_id == 40))
+            assert stored.startswith("ed25519:") and carol not in stored
+            assert check_report(s, sign(_report(40), signing_key(carol)))
+            with pytest.raises(BadReport, match="bad signature"):
+                check_report(s, sign(_report(40, samples_per_s=9e9), stored))   # a store reader
+            with pytest.raises(BadReport, match="bad signature"):
+                check_report(s, sign(_report(40), signing_key(new_secret())))  # another job's
+            tampered = sign(_report(40), signing_key(carol))
+            tampered["batch_size"] = 64
+            with pytest.raises(BadReport, match="bad signature"):
+                check_report(s, tampered)
+            for junk in ("zz", "00" * 64, ""):
+                with pytest.raises(BadReport):
+                    check_report(s, {**_report(40), "sig": junk})
+        # through the helper and the spool, as a job sends them
+        spool = tmp_path / "spool"
+        rep = Reporter(SpoolSink(spool), job_id=40, min_interval_s=0.0, secret=carol)
+        rep.throughput(123.0, 32, gpus=1)
+        rep.close()
+        assert all(carol not in f.read_text() for f in spool.glob("*.json"))
+        assert ingest_spool(spool, engine) == 1
+    finally:
+        engine.dispose()

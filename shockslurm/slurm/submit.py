@@ -38,7 +38,8 @@ TEMPLATES = ("single_node", "multi_node")
 MAX_GPUS_PER_NODE = 64
 MAX_SIGNAL_SECONDS = 65535          # Slurm stores the --signal offset in 16 bits
 SBATCH_TIMEOUT_S = 120
-SECRET_RE = re.compile(r"^[0-9a-f]{32,128}$")
+# an Ed25519 key (`train.records.new_secret`), or a legacy hex secret: safe unquoted in bash
+SECRET_RE = re.compile(r"^(ed25519:[A-Za-z0-9_-]{43}|[0-9a-f]{32,128})$")
 DRY_RUN_SECRET = "dry-run-no-secret"       # what --dry-run prints in place of the secret
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")            # job and model names
@@ -269,17 +270,18 @@ def load_template(name: str) -> str:
 
 
 def new_report_secret() -> str:
-    """A fresh per-job report secret (128 random bits, hex)."""
-    import secrets
+    """A fresh per-job report secret (an Ed25519 private key, `train.records.new_secret`)."""
+    from ..train.records import new_secret
 
-    return secrets.token_hex(16)
+    return new_secret()
 
 
 def template_values(req: JobRequest, report_secret: str | None = None) -> Mapping[str, str]:
     """Every placeholder a template may use; each value is already safe for bash.
     `report_secret` None (a dry run) renders a placeholder."""
     if report_secret is not None and not SECRET_RE.fullmatch(report_secret):
-        raise InputError("the report secret must be lowercase hex", field="report_secret")
+        raise InputError("the report secret must be an ed25519: key or lowercase hex",
+                         field="report_secret")
     if req.script is not None:
         command = ["python", req.script, *req.command]
         torchrun_args = [req.script, *req.command]

@@ -150,8 +150,8 @@ def register_submitted_job(session: Session, cluster: str, *, job_id: int, submi
                            owner: str | None = None, report_key: str | None = None) -> Job:
     """Record the spec of a job just submitted to Slurm (idempotent for the same key).
 
-    `report_key` is the key its reports are signed with (`train.records.derive_key` of the secret
-    handed to the job), never the secret itself."""
+    `report_key` is the key its reports are verified with (`train.records.derive_key` of the
+    secret handed to the job: an Ed25519 public key, or a legacy HMAC key), never the secret."""
     job = add_job(session, registry_run(session, cluster), job_id=job_id, submit_s=submit_s,
                   model=model, epochs=epochs, samples_per_epoch=samples_per_epoch,
                   batch_sizes=batch_sizes, gang_size=gang_size, owner=owner)

@@ -18,26 +18,33 @@ The job is found by `job_pk` when given, else by the newest registration of (clu
 the cluster's registry run (`shocksub --db` writes it at submission).
 
 Signed reports (why: one user must not inflate or deflate another's share). `shocksub` gives
-each job a random secret, `$SHOCKSLURM_REPORT_SECRET`, in its environment only (the job script
-is the user's, mode 0600), and registers only the key derived from it, `derive_key(secret)`
-(HMAC-SHA256 of a fixed label under the secret), in the job's registration. The helper adds
+each job a fresh Ed25519 private key as its secret, `$SHOCKSLURM_REPORT_SECRET`
+(`ed25519:<base64url>`), in its environment only (the job script is the user's, mode 0600), and
+registers only the public key, `derive_key(secret)` (`ed25519:<base64url>`), in the job's
+registration. The helper adds
 
-    "sig": HMAC-SHA256(key, canonical JSON of the report without "sig") as hex
+    "sig": Ed25519 signature of the canonical JSON of the report without "sig", as hex
 
 and `check_report` (the one gate of every write path: the spool ingest and the helper's direct
-store writes) accepts a report only when its job is registered and the signature matches THAT
-registration's key. A report naming another job, signed with another secret, unsigned, or edited
-after signing is refused with a reason that names the claimed job, never a key or secret. Jobs
-registered without a key (before schema 0003, or plain `sbatch`) have unsigned reports; they
-are refused unless the daemon runs with `allow_unsigned_reports` (default false). The derived
-key is enough to forge that job's reports, so the store must stay unreadable to users (the
-spool is the multi-user path; direct store reporting is for trusted setups). A copy of a report
-already ingested (same job, kind, signed time and content) is refused as a replay.
+store writes) accepts a report only when its job is registered and the signature verifies with
+THAT registration's key. A report naming another job, signed with another key, unsigned, or
+edited after signing is refused with a reason that names the claimed job, never a key or secret.
+What the store holds verifies reports but cannot sign them, so reading the store (or its
+backups) does not let anyone forge a job's reports.
+
+Jobs registered by shockslurm before Ed25519 keys have a hex secret and an HMAC key:
+`derive_key` = HMAC-SHA256 of a fixed label under the secret, `sig` = HMAC-SHA256 under that
+key. They are still checked, but anyone who can read such a key in the store can forge that
+job's reports. Jobs registered without a key (before schema 0003, or plain `sbatch`) have
+unsigned reports; they are refused unless the daemon runs with `allow_unsigned_reports` (default
+false). A copy of a report already ingested (same job, kind, signed time and content) is refused
+as a replay.
 """
 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -50,6 +57,7 @@ from sqlalchemy.orm import Session
 VERSION = 1
 SIG_FIELD = "sig"
 SECRET_ENV = "SHOCKSLURM_REPORT_SECRET"
+ED25519 = "ed25519:"       # prefix of Ed25519 secrets and keys (legacy HMAC ones are bare hex)
 _KEY_LABEL = b"shockslurm report key v1"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -120,9 +128,46 @@ def validate(report: Any) -> dict[str, Any]:
     return report
 
 
+def new_secret() -> str:
+    """A fresh per-job report secret: an Ed25519 private key, `ed25519:<base64url>`."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return ED25519 + _b64(Ed25519PrivateKey.generate().private_bytes_raw())
+
+
 def derive_key(secret: str) -> str:
-    """The report key (hex) registered for a job whose secret is `secret`."""
+    """The key registered in the store for a job whose secret is `secret`: the Ed25519 public
+    key (`ed25519:<base64url>`), or for a legacy hex secret its HMAC key (hex)."""
+    if secret.startswith(ED25519):
+        return ED25519 + _b64(_private(secret).public_key().public_bytes_raw())
     return hmac.new(secret.encode("utf-8"), _KEY_LABEL, hashlib.sha256).hexdigest()
+
+
+def signing_key(secret: str) -> str:
+    """What the job signs its reports with: the Ed25519 secret itself, or for a legacy hex
+    secret its HMAC key."""
+    return secret if secret.startswith(ED25519) else derive_key(secret)
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _raw(text: str, what: str) -> bytes:
+    body = text[len(ED25519):]
+    try:
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"malformed Ed25519 {what}") from exc
+    if len(raw) != 32:
+        raise ValueError(f"malformed Ed25519 {what} ({len(raw)} bytes, expected 32)")
+    return raw
+
+
+def _private(secret: str) -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.from_private_bytes(_raw(secret, "secret"))
 
 
 def canonical(report: dict[str, Any]) -> bytes:
@@ -133,13 +178,34 @@ def canonical(report: dict[str, Any]) -> bytes:
 
 
 def signature(report: dict[str, Any], key: str) -> str:
+    """The report's signature (hex) under a signing key (`signing_key`)."""
+    if key.startswith(ED25519):
+        return _private(key).sign(canonical(report)).hex()
     return hmac.new(bytes.fromhex(key), canonical(report), hashlib.sha256).hexdigest()
 
 
 def sign(report: dict[str, Any], key: str) -> dict[str, Any]:
-    """Add `sig` to `report` (in place) with the job's key; returns the report."""
+    """Add `sig` to `report` (in place) with the job's signing key; returns the report."""
     report[SIG_FIELD] = signature(report, key)
     return report
+
+
+def verify(report: dict[str, Any], sig: str, key: str) -> bool:
+    """Whether `sig` signs `report` for the registered `key` (`derive_key`)."""
+    try:
+        if key.startswith(ED25519):
+            from cryptography.exceptions import InvalidSignature
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+            public = Ed25519PublicKey.from_public_bytes(_raw(key, "public key"))
+            try:
+                public.verify(bytes.fromhex(sig), canonical(report))
+            except InvalidSignature:
+                return False
+            return True
+        return hmac.compare_digest(sig.encode("ascii"), signature(report, key).encode("ascii"))
+    except (UnicodeEncodeError, ValueError):
+        return False
 
 
 def check_report(session: Session, report: dict[str, Any], *,
@@ -164,11 +230,7 @@ def check_report(session: Session, report: dict[str, Any], *,
                         "reports are not allowed (allow_unsigned_reports)")
     if not isinstance(sig, str):
         raise BadReport(f"unsigned report for {claimed}, whose job requires signed reports")
-    try:
-        good = hmac.compare_digest(sig.encode("ascii"), signature(report, key).encode("ascii"))
-    except (UnicodeEncodeError, ValueError):
-        good = False
-    if not good:
+    if not verify(report, sig, key):
         raise BadReport(f"bad signature for {claimed} (another job's secret, or the report was "
                         "changed after signing)")
     if _already_stored(session, report, job_pk):

@@ -11,8 +11,9 @@ Where they go (`reporter_from_env`, rank 0 only):
   ingests with `spool.ingest_spool`;
 - else nowhere (`Reporter(None)` keeps only counters).
 The job is named by `$SHOCKSLURM_CLUSTER` (default "slurm", the daemon's cluster) and
-`$SLURM_JOB_ID`, or directly by `$SHOCKSLURM_JOB_PK`. Every report is signed with the key derived
-from `$SHOCKSLURM_REPORT_SECRET` (set by the shocksub job script; `records` explains the scheme);
+`$SLURM_JOB_ID`, or directly by `$SHOCKSLURM_JOB_PK`. Every report is signed with
+`$SHOCKSLURM_REPORT_SECRET` (an Ed25519 key set by the shocksub job script; `records` explains
+the scheme);
 without it reports go unsigned, which the daemon refuses unless `allow_unsigned_reports`. The
 secret itself is never sent, logged or stored. No torch here.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from . import _env
-from .records import SECRET_ENV, VERSION, derive_key, sign
+from .records import SECRET_ENV, VERSION, sign, signing_key
 
 log = logging.getLogger("shockslurm.train")
 
@@ -99,8 +100,8 @@ class Reporter:
                  clock: Callable[[], float] = time.time, secret: str | None = None) -> None:
         self.sink = sink
         secret = secret if secret is not None else os.environ.get(SECRET_ENV)
-        # Only the derived key is kept; reports carry its HMAC, never the secret.
-        self._key: str | None = derive_key(secret) if secret else None
+        # Reports carry a signature, never the secret (nor, for legacy secrets, the HMAC key).
+        self._key: str | None = signing_key(secret) if secret else None
         self.cluster = cluster or os.environ.get("SHOCKSLURM_CLUSTER") or "slurm"
         self.job_id = job_id if job_id is not None else _env.slurm_job_id()
         env_pk = os.environ.get("SHOCKSLURM_JOB_PK")
