@@ -162,3 +162,27 @@ def test_systemd_unit_references_the_config():
     unit = (ROOT / "contrib" / "systemd" / "shockslurm.service").read_text()
     assert "--config /etc/shockslurm/shockslurm.toml" in unit
     assert oc.DEFAULT_PATH in unit and "ExecReload=/bin/kill -HUP $MAINPID" in unit
+
+
+def test_policy_options_from_the_environment(tmp_path: Path):
+    """SHOCKSLURM_POLICY_<OPTION> sets a [policy] option (TOML-parsed), wins over the file and is
+    shown with its origin; a bad value or an unknown option names the variable."""
+    text = '[daemon]\npolicy = "shockwave"\n[policy]\nfuture_rounds = 10\n'
+    result = _check(tmp_path, text, {"SHOCKSLURM_POLICY_FUTURE_ROUNDS": "30",
+                                     "SHOCKSLURM_POLICY_TAIL_DRAIN_FACTOR": "1.3",
+                                     "SHOCKSLURM_POLICY_MIN_RESOLVE_INTERVAL_S": "0"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "future_rounds = 30    # SHOCKSLURM_POLICY_FUTURE_ROUNDS" in out
+    assert "tail_drain_factor = 1.3    # SHOCKSLURM_POLICY_TAIL_DRAIN_FACTOR" in out
+    assert "min_resolve_interval_s = 0" in out
+    cfg = oc.parse_config({"daemon": {"policy": "shockwave"}},
+                          env={"SHOCKSLURM_POLICY_FUTURE_ROUNDS": "30"})
+    assert cfg.policy_options["future_rounds"] == 30
+    for env, named in (({"SHOCKSLURM_POLICY_MIN_RESOLVE_INTERVAL_S": "-1"},
+                        "SHOCKSLURM_POLICY_MIN_RESOLVE_INTERVAL_S"),
+                       ({"SHOCKSLURM_POLICY_FUTURE_ROUNDS": "0"},
+                        "SHOCKSLURM_POLICY_FUTURE_ROUNDS"),
+                       ({"SHOCKSLURM_POLICY_NO_SUCH_KNOB": "1"}, "SHOCKSLURM_POLICY_NO_SUCH_KNOB")):
+        bad = _check(tmp_path, text, env)
+        assert bad.exit_code != 0 and named in bad.output, (env, bad.output)

@@ -8,11 +8,13 @@ README and the example file equal what it produces, so the documentation cannot 
 Where the configuration comes from, later wins:
 1. the defaults in `KEYS`;
 2. the TOML file: `--config FILE`, else `$SHOCKSLURM_CONFIG`, else `DEFAULT_PATH`;
-3. the environment, for `[daemon]` keys only: `SHOCKSLURM_DB` (the store URL, the same variable
-   the training helper reads), then `SHOCKSLURM_DAEMON_<KEY>` for any `[daemon]` key (upper
-   case, e.g. `SHOCKSLURM_DAEMON_METRICS_PORT=0`), which wins over `SHOCKSLURM_DB`. A string
-   key takes the value as is; any other key parses it as a TOML value (`120`, `false`,
-   `["gpu", "urgent"]`; a list also accepts `gpu,urgent`).
+3. the environment: `SHOCKSLURM_DB` (the store URL, the same variable the training helper
+   reads), then `SHOCKSLURM_DAEMON_<KEY>` for any `[daemon]` key (upper case, e.g.
+   `SHOCKSLURM_DAEMON_METRICS_PORT=0`), which wins over `SHOCKSLURM_DB`, and
+   `SHOCKSLURM_POLICY_<OPTION>` for a `[policy]` option (e.g.
+   `SHOCKSLURM_POLICY_FUTURE_ROUNDS=30`). A string key takes the value as is; any other key, and
+   every policy option, parses it as a TOML value (`120`, `false`, `["gpu", "urgent"]`; a list
+   key also accepts `gpu,urgent`; a policy option that is not TOML is taken as a string).
 
 A bad value is a `ConfigError` naming the key (`daemon.round_seconds`, `policy.<option>`) and
 where it came from (the file, or the environment variable).
@@ -36,6 +38,7 @@ DEFAULT_PATH = "/etc/shockslurm/shockslurm.toml"
 CONFIG_ENV = "SHOCKSLURM_CONFIG"
 DB_ENV = "SHOCKSLURM_DB"
 ENV_PREFIX = "SHOCKSLURM_DAEMON_"
+POLICY_ENV_PREFIX = "SHOCKSLURM_POLICY_"
 BACKENDS = ("auto", "cli", "pyslurm")
 LOG_FORMATS = ("text", "json")
 # [policy] keys that are PolicySettings fields; every other key is a policy keyword argument.
@@ -223,15 +226,20 @@ def _check(key: Key, value: Any, source: str) -> Any:
     raise AssertionError(key.kind)  # pragma: no cover
 
 
-def _env_value(key: Key, raw: str) -> Any:
-    if key.kind in ("string", "path", "choice"):
-        return raw
+def _toml_or_text(raw: str) -> Any:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        if key.kind == "partitions":
-            return [p.strip() for p in raw.split(",") if p.strip()]
-        return raw  # reported by _check as the wrong type
+        return raw
+
+
+def _env_value(key: Key, raw: str) -> Any:
+    if key.kind in ("string", "path", "choice"):
+        return raw
+    value = _toml_or_text(raw)
+    if value is raw and key.kind == "partitions":
+        return [p.strip() for p in raw.split(",") if p.strip()]
+    return value  # a string where another type is expected: reported by _check
 
 
 def parse_config(data: Mapping[str, Any], source: str = "<config>",
@@ -271,18 +279,29 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>",
                 values[key.dotted] = _check(key, _env_value(key, env[var]), where)
                 sources[key.dotted] = var
     options = dict(tables["policy"])
-    for name in SETTINGS_KEYS:
-        if name in options:
-            _check(BY_NAME[f"policy.{name}"], options[name], source)
+    for var, raw in sorted((env or {}).items()):   # SHOCKSLURM_POLICY_<OPTION>
+        name = var[len(POLICY_ENV_PREFIX):].lower()
+        if var.startswith(POLICY_ENV_PREFIX) and name:
+            options[name] = _env_value(BY_NAME[f"policy.{name}"], raw) if \
+                f"policy.{name}" in BY_NAME else _toml_or_text(raw)
+            sources[f"policy.{name}"] = var
     for name in options:
         sources.setdefault(f"policy.{name}", source)
+    for name in SETTINGS_KEYS:
+        if name in options:
+            origin = sources[f"policy.{name}"]
+            _check(BY_NAME[f"policy.{name}"], options[name],
+                   origin if origin == source else f"environment variable {origin}")
     d = {k.name: values[k.dotted] for k in KEYS if k.section == "daemon"}
     cfg = DaemonConfig(policy_options=options, sources=sources, **d)
     try:  # unknown policy keyword arguments, and values the policy refuses, surface here
         make_policy(cfg.policy, cfg.policy_settings())
     except (TypeError, ValueError) as exc:
+        from_env = sorted(v for k, v in sources.items()
+                          if k.startswith("policy.") and v.startswith(POLICY_ENV_PREFIX))
+        where = source + (f" (with {', '.join(from_env)})" if from_env else "")
         raise ConfigError(f"the policy {cfg.policy!r} rejected its options: {exc}",
-                          source=source, field="policy") from None
+                          source=where, field="policy") from None
     return cfg
 
 
@@ -374,7 +393,8 @@ def example_toml() -> str:
            "# every key, its default and meaning: README \"Configuration keys\").",
            "# Install as /etc/shockslurm/shockslurm.toml; validate with `shockslurm config check`.",
            "# Environment overrides: SHOCKSLURM_DB (the store URL, e.g. with a password) and",
-           "# SHOCKSLURM_DAEMON_<KEY> for any [daemon] key. `systemctl reload shockslurm`",
+           "# SHOCKSLURM_DAEMON_<KEY> for any [daemon] key, SHOCKSLURM_POLICY_<OPTION> for a",
+           "# [policy] option. `systemctl reload shockslurm`",
            "# (SIGHUP) re-reads this file; keys marked [restart] need a restart."]
     for section in SECTIONS:
         out.append("")
