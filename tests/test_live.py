@@ -106,12 +106,16 @@ def test_stop_when_idle():
 
 
 def test_job_that_finished_before_the_signal_is_not_requeued():
+    """One scancel per job: job 1 finished on its own (its signal fails), job 3 is signalled and
+    requeued; job 1 is not requeued (requeuehold would rerun a COMPLETED job)."""
     b = FakeBackend([job(1, JobState.RUNNING), job(3, JobState.RUNNING)])
     original = b.run
 
     def run(argv):
         if argv[0] == "scancel":
             b.log.append(tuple(argv))
+            if argv[-1] != "1":
+                return CommandResult(tuple(argv), 0, "", "", 0.0)
             b._jobs = [replace(j, state=JobState.COMPLETED) if j.job_id == 1 else j
                        for j in b._jobs]
             return CommandResult(tuple(argv), 1, "",
@@ -124,3 +128,28 @@ def test_job_that_finished_before_the_signal_is_not_requeued():
     c.enact(RoundPlan(frozenset()), c.observe(0.0))
     assert ("scontrol", "requeuehold", "3") in b.log
     assert not any(a[1] == "requeuehold" and "1" in a[2].split(",") for a in b.log)
+
+
+def test_a_failed_signal_keeps_the_job_and_its_gpus_for_this_round():
+    """scancel fails with nothing to say (rc 229, empty stderr, as seen live): the job may not
+    have its USR1, so it is not requeued (it would lose its work since its checkpoint); it keeps
+    its GPUs, so the planned start that needs them waits; the next round signals it afresh."""
+    b = FakeBackend([job(1, JobState.RUNNING, gpus=32), job(2, JobState.PENDING, gpus=32)])
+    original = b.run
+
+    def run(argv):
+        if argv[0] == "scancel":
+            b.log.append(tuple(argv))
+            return CommandResult(tuple(argv), 229, "", "", 0.0)
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    c.enact(RoundPlan(frozenset({2})), c.observe(0.0))
+    assert b.log == [("scancel", "--signal=USR1", "--batch", "1")]   # no requeue, no release
+    assert c.last_stats.started == 0 and c.last_stats.stopped == 0
+    assert 1 in c.allowed_running
+    b.run = original                                                 # next round: it works
+    c.enact(RoundPlan(frozenset({2})), c.observe(120.0))
+    assert [a[:2] for a in b.log[1:]] == [("scancel", "--signal=USR1"),
+                                          ("scontrol", "requeuehold"), ("scontrol", "release")]

@@ -152,14 +152,16 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
 
 
 def stop_steps(e: Enactment) -> list[Step]:
-    """Hold released-but-waiting jobs, signal running ones. The requeuehold comes after the
+    """Hold released-but-waiting jobs (one call), signal running ones (one call per job: a
+    failed scancel names no job reliably, e.g. rc 229 with nothing on stderr, and a job whose
+    signal failed must not be requeued without its checkpoint). The requeuehold comes after the
     grace period (see `requeue_step`)."""
     steps = []
     if e.hold:
         steps.append(Step("stop", "hold", ("scontrol", "hold", _ids(e.hold)), e.hold))
-    if e.signal:
+    for job_id in e.signal:
         steps.append(Step("stop", "signal", ("scancel", "--signal=USR1", "--batch",
-                                             *map(str, e.signal)), e.signal))
+                                             str(job_id)), (job_id,)))
     return steps
 
 

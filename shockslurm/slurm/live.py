@@ -310,21 +310,34 @@ class SlurmCluster:
         self._record_impossible(snapshot.now)
         self._record_ended(ended, snapshot.now)
         by_id = {j.job_id: j for j in ours}
-        finished_meanwhile: set[int] = set()
+        unsignalled: set[int] = set()
         for step in en.stop_steps(e):
             result = self._run(step, stats)
-            if step.action == "signal":
-                failed = en.unsignalled(result.stderr) & set(step.job_ids) if not result.ok \
-                    else set()
-                for j in step.job_ids:
-                    if j not in failed and j in by_id:
-                        self._signalled[(j, by_id[j].submit_time)] = snapshot.now
-                if failed:
-                    finished_meanwhile = failed
-                    log.info("jobs %s could not be signalled (finished on their own?); not "
-                             "requeued", sorted(finished_meanwhile))
+            if step.action != "signal":
+                continue
+            if not result.ok:
+                unsignalled |= set(step.job_ids)
+                continue
+            for j in step.job_ids:
+                if j in by_id:
+                    self._signalled[(j, by_id[j].submit_time)] = snapshot.now
+        if unsignalled:
+            # Finished on their own (requeuehold would rerun a COMPLETED job), or the call failed
+            # (requeued now they would lose their work since the last checkpoint): not requeued;
+            # the next round decides again, with a fresh signal if they still run.
+            log.info("jobs %s could not be signalled; not requeued this round",
+                     sorted(unsignalled))
+            run, dropped = en.bound_plan(plan.run, ours, unsignalled, self.gpus)
+            plan = RoundPlan(run=run, info={**plan.info, "unsignalled": sorted(unsignalled),
+                                            "unsignalled_dropped": list(dropped)})
+            starts = en.diff(plan, ours)
+            if dropped:
+                log.info("not starting %s this round (GPUs still held by %s)", list(dropped),
+                         sorted(unsignalled))
+        else:
+            starts = e
         stats.held = len(e.hold)
-        to_requeue = [j for j in e.stop if j not in finished_meanwhile]
+        to_requeue = [j for j in e.stop if j not in unsignalled]
         if to_requeue:
             wait = self.grace_seconds if e.signal else 0.0
             if resumed:
@@ -346,10 +359,10 @@ class SlurmCluster:
             self.allowed_running = frozenset(plan.run) | frozenset(still) | frozenset(e.hold)
         else:
             self.allowed_running = frozenset(plan.run) | frozenset(e.hold)
-        for step in en.start_steps(e):
+        for step in en.start_steps(starts):
             self._run(step, stats)
-        stats.started = len(e.start)
-        stats.updates = len(e.updates)
+        stats.started = len(starts.start)
+        stats.updates = len(starts.updates)
         self._previous_plan = frozenset(plan.run)
         self.last_stats = stats
 
