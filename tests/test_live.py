@@ -90,7 +90,7 @@ def test_intent_written_before_each_call_and_failed_release_retried():
     b.log.clear()
     c.enact(RoundPlan(frozenset({2})), c.observe(6.0))
     assert b.log == [("scontrol", "release", "2")]
-    assert b.calls["jobs"] == 3   # 2 observes + 1 stop poll in round 1
+    assert b.calls["jobs"] == 4   # 2 observes; round 1 stops: 1 check before the requeue, 1 poll
     assert spec_from_comment('shock:spec={"epochs":3};shock:managed') == {"epochs": 3}
 
 
@@ -153,3 +153,31 @@ def test_a_failed_signal_keeps_the_job_and_its_gpus_for_this_round():
     c.enact(RoundPlan(frozenset({2})), c.observe(120.0))
     assert [a[:2] for a in b.log[1:]] == [("scancel", "--signal=USR1"),
                                           ("scontrol", "requeuehold"), ("scontrol", "release")]
+
+
+def test_a_job_that_had_finished_before_its_signal_is_not_requeued_now_or_later():
+    """Slurm still showed job 1 RUNNING when the round read it, but its script had exited: the
+    USR1 finds no process (scancel still says 0). Requeued, a finished job would run again.
+    Job 2 ends after its signal (checkpoint, exit 0): that one is requeued."""
+    b = FakeBackend([job(1, JobState.RUNNING), job(2, JobState.RUNNING)])
+    original = b.run
+
+    def run(argv):
+        if argv[0] == "scancel":
+            b.log.append(tuple(argv))
+            jid = int(argv[-1])
+            end = 990.0 if jid == 1 else 1002.0          # the round starts at 1000
+            b._jobs = [replace(j, state=JobState.COMPLETED, end_time=end)
+                       if j.job_id == jid else j for j in b._jobs]
+            return CommandResult(tuple(argv), 0, "", "", 0.0)
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    c.enact(RoundPlan(frozenset()), c.observe(1000.0))
+    requeued = [a for a in b.log if a[1] == "requeuehold"]
+    assert requeued == [("scontrol", "requeuehold", "2")], b.log
+    b.run = original
+    b.log.clear()
+    c.enact(RoundPlan(frozenset()), c.observe(1010.0))      # no resumed stop for job 1 either
+    assert not any(a[1] == "requeuehold" for a in b.log), b.log

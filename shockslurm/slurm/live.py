@@ -311,7 +311,11 @@ class SlurmCluster:
         self._record_ended(ended, snapshot.now)
         by_id = {j.job_id: j for j in ours}
         unsignalled: set[int] = set()
+        t_enact = self._monotonic()
+        sent_at: dict[int, float] = {}       # wall time each signal went out
         for step in en.stop_steps(e):
+            for j in step.job_ids if step.action == "signal" else ():
+                sent_at[j] = snapshot.now + (self._monotonic() - t_enact)
             result = self._run(step, stats)
             if step.action != "signal":
                 continue
@@ -320,7 +324,7 @@ class SlurmCluster:
                 continue
             for j in step.job_ids:
                 if j in by_id:
-                    self._signalled[(j, by_id[j].submit_time)] = snapshot.now
+                    self._signalled[(j, by_id[j].submit_time)] = sent_at[j]
         if unsignalled:
             # Finished on their own (requeuehold would rerun a COMPLETED job), or the call failed
             # (requeued now they would lose their work since the last checkpoint): not requeued;
@@ -345,6 +349,8 @@ class SlurmCluster:
                                      for since in resumed.values()])
             if wait > 0:
                 self._sleep(min(wait, self.grace_seconds))
+            to_requeue = self._not_done_before_signal(to_requeue, sent_at)
+        if to_requeue:
             requeue = en.requeue_step(to_requeue)
             assert requeue is not None
             if self._run(requeue, stats).ok:
@@ -391,12 +397,32 @@ class SlurmCluster:
                          if t is not None], default=None)
             if since is None:
                 continue
-            # the run that was signalled: a job restarted since then is not being stopped
-            if job.start_time is not None and job.start_time > since + 1.0:
+            # the run that was signalled: a job restarted since then is not being stopped; nor
+            # is one that had finished on its own before the signal (`_not_done_before_signal`)
+            if (job.start_time is not None and job.start_time > since + 1.0) or (
+                    job.state.finished and job.end_time is not None
+                    and job.end_time < math.floor(since)):
                 self._signalled.pop((job.job_id, job.submit_time), None)
                 continue
             out[job.job_id] = since
         return out
+
+    def _not_done_before_signal(self, job_ids: list[int],
+                                sent_at: Mapping[int, float]) -> list[int]:
+        """`job_ids` without the jobs that had ended on their own before their USR1 went out:
+        Slurm can show a job RUNNING for a moment after its script exited, the signal then
+        finds no process (scancel still says 0), and requeuehold would rerun a finished job.
+        One squeue read, only in rounds that stop jobs. A job that ended in the same second as
+        its signal, or after it (its checkpoint and exit), is requeued."""
+        if not any(j in sent_at for j in job_ids):
+            return job_ids
+        now = {j.job_id: j for j in self._read("squeue", self.backend.jobs)}
+        done = {j for j in job_ids if j in sent_at and j in now
+                and (now[j].state.finished or now[j].state is JobState.COMPLETING)
+                and now[j].end_time is not None and now[j].end_time < math.floor(sent_at[j])}
+        if done:
+            log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
+        return [j for j in job_ids if j not in done]
 
     def _record_ended(self, ended: list[tuple[LiveJob, SlurmJob | None]], now: float) -> None:
         """Completion events of the jobs that left the queue (bookkeeping: a failure is

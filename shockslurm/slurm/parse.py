@@ -251,7 +251,8 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
     start = timestamp(rec.get("start_time"), ctx, "start_time")
     if state is JobState.PENDING:
         start = None                       # for pending jobs this is only the expected start
-    end = timestamp(rec.get("end_time"), ctx, "end_time") if state.finished else None
+    end = timestamp(rec.get("end_time"), ctx, "end_time") if (
+        state.finished or state is JobState.COMPLETING) else None
     return SlurmJob(
         job_id=job_id,
         name=text(rec.get("name"), ctx, "name"),

@@ -83,7 +83,7 @@ class SlurmJob:
     comment: str
     admin_comment: str = ""
     gres_detail: tuple[str, ...] = ()  # allocated gres, e.g. ("gpu:3(IDX:0-2)",); empty while pending
-    end_time: float | None = None    # Unix seconds, for finished jobs only (else None)
+    end_time: float | None = None    # Unix seconds, for finished / COMPLETING jobs (else None)
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
