@@ -175,23 +175,30 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
         for name in reference:
             assert torch.equal(final[name], reference[name]), f"{name} differs"
 
-        # ... after at least two stops, each announced by the signal and a checkpoint
+        # ... after at least two stops, each announced by the signal and a checkpoint. One
+        # rerun without a signal is allowed only after training had finished: a stop whose
+        # signal lands in the second the trainer exits cannot be told from its checkpoint-and-
+        # exit, so the daemon requeues (slurm/live.py `_not_done_before_signal`); the rerun
+        # resumes at the end (step 240) and exits.
         runs: list[int] = []
-        signalled_before: list[bool] = []
-        signalled = False
+        before: list[str] = []          # per run: what ended the previous one
+        signalled = finished = False
         for line in output.splitlines():
             m = RUN_RE.match(line)
             if m:
                 runs.append(int(m.group(2)))
-                signalled_before.append(signalled)
+                before.append("signal" if signalled else "finished" if finished else "nothing")
                 signalled = False
             elif "after SIGUSR1" in line or ("stopping at step" in line and "SIGUSR1" in line):
                 signalled = True
+            elif line.startswith("finished step 240"):
+                finished = True
         seen_views = [(r, round(v.epochs_done, 2), v.batch_size, round(v.iterations_per_s, 1),
                        p.source if p else None) for r, v, p, _ in views]
         print(f"trainer runs {runs}; views (round, epochs, bs, it/s, source): {seen_views}")
-        assert runs == list(range(len(runs))) and len(runs) >= 3, (runs, output[-3000:])
-        assert all(signalled_before[1:]), (runs, signalled_before, output[-3000:])
+        assert runs == list(range(len(runs))), (runs, output[-3000:])
+        assert before[1:].count("signal") >= 2 and before[1:].count("finished") <= 1 and \
+            "nothing" not in before[1:], (runs, before, output[-3000:])
         assert output.count("checkpoint written") >= 2, output[-3000:]
         assert output.count("resumed ") >= 2 and "finished step 240" in output
 
