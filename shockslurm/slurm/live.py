@@ -21,12 +21,10 @@ Why it looks like this:
   need survives a daemon restart: the run's start from Slurm, the past preemptions and
   checkpoint reports from a `StopHistorySource` (the store, through the progress source), else
   from this process's memory, capped by Slurm's restart count.
-- Crash safety: a stop is USR1, the grace period, then requeuehold. A stop that was started
-  (its `signal` intent is in the store) but whose requeuehold never succeeded (the daemon died
-  in the grace period, or the call failed) is *resumed*, never restarted: the job is not
-  signalled again, it is requeueheld once the rest of its grace period has passed, also when it
-  has meanwhile exited (COMPLETED after its checkpoint), since otherwise its training would end
-  there (`StopLedger.pending_stops`, else this process's memory).
+- Crash safety: a stop is USR1 (one scancel per job), the grace period, then requeuehold. A
+  stop begun but never completed is resumed, never signalled again, and no job that had ended
+  before its signal is requeued (`stops.StopTracker`). A job whose signal failed is not
+  requeued that round: it keeps its GPUs and the next round decides again.
 - Outages: a Slurm read that fails raises `SlurmError` out of the round (nothing is enacted on
   stale state), and so does an action whose failure says the controller cannot be reached (the
   rest of the round is abandoned); a journal that cannot record an intent raises
@@ -48,6 +46,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..model import JobView, RoundPlan, Snapshot
 from . import enact as en
+from . import stops
 from .churn import ChurnGuard
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
                          StopHistorySource, StopLedger)
@@ -100,9 +99,9 @@ class SlurmCluster:
         self.stop_history = stop_history
         self.guard = ChurnGuard(stop_history)
         self.ledger = ledger
+        self.stops = stops.StopTracker(ledger)
         self.impossible: dict[tuple[int, float], str] = {}  # never planned: the reason
         self._impossible_new: list[tuple[SlurmJob, str]] = []
-        self._signalled: dict[tuple[int, float], float] = {}  # stops started in this process
         self._sleep = sleep
         self._monotonic = monotonic
         self.gpus = 0
@@ -280,7 +279,7 @@ class SlurmCluster:
         ours = [j for j in self._slurm_jobs if self._ours(j)]
         stats = EnactStats()
         plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats)
-        resumed = self._pending_stops(ours)
+        resumed = self.stops.pending(ours)
         e = en.diff(plan, ours)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
             e = replace(e, stop=tuple(sorted(set(e.stop) | set(resumed))),
@@ -324,7 +323,7 @@ class SlurmCluster:
                 continue
             for j in step.job_ids:
                 if j in by_id:
-                    self._signalled[(j, by_id[j].submit_time)] = sent_at[j]
+                    self.stops.signalled(by_id[j], sent_at[j])
         if unsignalled:
             # Finished on their own (requeuehold would rerun a COMPLETED job), or the call failed
             # (requeued now they would lose their work since the last checkpoint): not requeued;
@@ -356,7 +355,7 @@ class SlurmCluster:
             if self._run(requeue, stats).ok:
                 for job in ours:
                     if job.job_id in requeue.job_ids:
-                        self._signalled.pop((job.job_id, job.submit_time), None)
+                        self.stops.requeued(job)
                         self.guard.requeued(job, snapshot.now)
             stats.stopped = len(to_requeue)
             t0 = self._monotonic()
@@ -372,57 +371,18 @@ class SlurmCluster:
         self._previous_plan = frozenset(plan.run)
         self.last_stats = stats
 
-    # ------------------------------------------------------------------ crash safety
-    def _pending_stops(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
-        """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
-        running the run that was signalled, or exited after it (COMPLETED). {job id: since}."""
-        candidates = [j for j in ours if j.managed and (
-            j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state is JobState.COMPLETED)]
-        live = {(j.job_id, j.submit_time) for j in ours}
-        self._signalled = {k: v for k, v in self._signalled.items() if k in live}
-        if not candidates:
-            return {}
-        found: dict[int, float] = {}
-        if self.ledger is not None:
-            try:
-                found = dict(self.ledger.pending_stops(candidates))
-            except JournalUnavailable:
-                raise
-            except Exception as exc:   # cannot know which stops are under way: no action
-                raise JournalUnavailable(f"pending stops: {type(exc).__name__}: {exc}") from exc
-        out = {}
-        for job in candidates:
-            since = max([t for t in (found.get(job.job_id),
-                                     self._signalled.get((job.job_id, job.submit_time)))
-                         if t is not None], default=None)
-            if since is None:
-                continue
-            # the run that was signalled: a job restarted since then is not being stopped; nor
-            # is one that had finished on its own before the signal (`_not_done_before_signal`)
-            if (job.start_time is not None and job.start_time > since + 1.0) or (
-                    job.state.finished and job.end_time is not None
-                    and job.end_time < math.floor(since)):
-                self._signalled.pop((job.job_id, job.submit_time), None)
-                continue
-            out[job.job_id] = since
-        return out
-
+    # ------------------------------------------------------------------ bookkeeping
     def _not_done_before_signal(self, job_ids: list[int],
                                 sent_at: Mapping[int, float]) -> list[int]:
-        """`job_ids` without the jobs that had ended on their own before their USR1 went out:
-        Slurm can show a job RUNNING for a moment after its script exited, the signal then
-        finds no process (scancel still says 0), and requeuehold would rerun a finished job.
-        One squeue read, only in rounds that stop jobs. A job that ended in the same second as
-        its signal, or after it (its checkpoint and exit), is requeued."""
+        """`job_ids` without the jobs that had ended before their signal (`stops`): one squeue
+        read, only in rounds that stop jobs."""
         if not any(j in sent_at for j in job_ids):
             return job_ids
-        now = {j.job_id: j for j in self._read("squeue", self.backend.jobs)}
-        done = {j for j in job_ids if j in sent_at and j in now
-                and (now[j].state.finished or now[j].state is JobState.COMPLETING)
-                and now[j].end_time is not None and now[j].end_time < math.floor(sent_at[j])}
+        keep, done = stops.not_done_before_signal(job_ids, sent_at,
+                                                  self._read("squeue", self.backend.jobs))
         if done:
             log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
-        return [j for j in job_ids if j not in done]
+        return keep
 
     def _record_ended(self, ended: list[tuple[LiveJob, SlurmJob | None]], now: float) -> None:
         """Completion events of the jobs that left the queue (bookkeeping: a failure is

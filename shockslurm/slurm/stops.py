@@ -1,0 +1,86 @@
+"""`StopTracker`: the live cluster's memory of stops under way, for crash safety.
+
+A stop is USR1, the grace period, then requeuehold. A stop that was begun (its `signal` intent
+is in the store, or this process sent it) but whose requeuehold never succeeded (the daemon died
+in the grace period, or the call failed) is *resumed*, never restarted: the job is not signalled
+again, it is requeueheld once the rest of its grace period has passed, also when it has
+meanwhile exited (COMPLETED after its checkpoint), since otherwise its training would end there.
+
+One rule is shared by the stop of this round and the resumed ones: a job that had ended on its
+own before its signal went out is never requeued (`ended_before`). Slurm can show a job RUNNING
+for a moment after its script exited; the USR1 then finds no process (scancel still says 0),
+and requeuehold would rerun a finished job. A job that ended in the same second as its signal,
+or after it (its checkpoint and exit), is requeued.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from .journaling import JournalUnavailable, StopLedger
+from .types import JobState, SlurmJob
+
+
+def ended_before(job: SlurmJob, t: float) -> bool:
+    """Whether Slurm shows `job` ended (finished or completing) in a second before `t`."""
+    return ((job.state.finished or job.state is JobState.COMPLETING)
+            and job.end_time is not None and job.end_time < math.floor(t))
+
+
+class StopTracker:
+    """Stops begun and not completed: the store's (`StopLedger`) and this process's."""
+
+    def __init__(self, ledger: StopLedger | None = None) -> None:
+        self.ledger = ledger
+        self._signalled: dict[tuple[int, float], float] = {}  # stops started in this process
+
+    def signalled(self, job: SlurmJob, sent_at: float) -> None:
+        self._signalled[(job.job_id, job.submit_time)] = sent_at
+
+    def requeued(self, job: SlurmJob) -> None:
+        self._signalled.pop((job.job_id, job.submit_time), None)
+
+    def pending(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
+        """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
+        running the run that was signalled, or exited after it (COMPLETED). {job id: since}.
+        Raises `JournalUnavailable` when the store cannot say (no action then)."""
+        candidates = [j for j in ours if j.managed and (
+            j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state is JobState.COMPLETED)]
+        live = {(j.job_id, j.submit_time) for j in ours}
+        self._signalled = {k: v for k, v in self._signalled.items() if k in live}
+        if not candidates:
+            return {}
+        found: dict[int, float] = {}
+        if self.ledger is not None:
+            try:
+                found = dict(self.ledger.pending_stops(candidates))
+            except JournalUnavailable:
+                raise
+            except Exception as exc:   # cannot know which stops are under way: no action
+                raise JournalUnavailable(f"pending stops: {type(exc).__name__}: {exc}") from exc
+        out = {}
+        for job in candidates:
+            since = max([t for t in (found.get(job.job_id),
+                                     self._signalled.get((job.job_id, job.submit_time)))
+                         if t is not None], default=None)
+            if since is None:
+                continue
+            # the run that was signalled: a job restarted since then is not being stopped; nor
+            # is one that had finished on its own before the signal
+            if (job.start_time is not None and job.start_time > since + 1.0) or \
+                    ended_before(job, since):
+                self.requeued(job)
+                continue
+            out[job.job_id] = since
+        return out
+
+
+def not_done_before_signal(job_ids: Sequence[int], sent_at: Mapping[int, float],
+                           now: Sequence[SlurmJob]) -> tuple[list[int], set[int]]:
+    """(`job_ids` to requeue, those left out): the jobs Slurm shows, in `now`, ended before
+    their signal went out are left out."""
+    by_id = {j.job_id: j for j in now}
+    done = {j for j in job_ids if j in sent_at and j in by_id
+            and ended_before(by_id[j], sent_at[j])}
+    return [j for j in job_ids if j not in done], done
