@@ -154,17 +154,12 @@ class StoreJournal:
             "state": None if final is None else final.state.value,
             "exclusive_runtime_s": epoch_seconds(job.spec, max(1, slurm.gpus)) * job.spec.epochs,
             "run_time_s": round(job.run_time_s, 3), "seen_by": "daemon"}
+        end = final.end_time if final is not None and final.end_time else now
         with Session(self.engine) as s, s.begin():
             pk = self._pk(s, slurm.job_id)
-            if pk is None:
-                return
-            seen = s.scalar(select(self.repo.JobEvent.id).where(
-                self.repo.JobEvent.job_pk == pk,
-                self.repo.JobEvent.kind.in_(ENDED_KINDS)).limit(1))
-            if seen is None:
-                end = final.end_time if final is not None and final.end_time else now
-                self.repo.add_job_event(s, s.get(self.repo.Job, pk), time_s=end, kind=kind,
-                                        detail=json.dumps(detail))
+            if pk is not None:
+                self.repo.add_job_event_once(s, pk, time_s=end, kind=kind,
+                                             detail=json.dumps(detail), unless=ENDED_KINDS)
 
     # RoundObserver
     def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
@@ -219,13 +214,9 @@ class StoreJournal:
             if row is None:
                 pk = self._pk(s, job.job_id)
                 row = s.get(self.repo.Job, pk) if pk is not None else None
-            if row is None:
-                return
-            seen = s.scalar(select(self.repo.JobEvent.id).where(
-                self.repo.JobEvent.job_pk == row.id, self.repo.JobEvent.kind == kind).limit(1))
-            if seen is None:
-                self.repo.add_job_event(s, row, time_s=now, kind=kind,
-                                        detail=json.dumps(dict(detail)))
+            if row is not None:
+                self.repo.add_job_event_once(s, row.id, time_s=now, kind=kind,
+                                             detail=json.dumps(dict(detail)))
 
     # start-up reconciliation
     @_store("reconcile")

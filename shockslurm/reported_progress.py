@@ -277,8 +277,5 @@ class ReportedProgress:
         if pk is None:
             return
         with Session(self.engine) as s, s.begin():
-            seen = s.scalar(select(JobEvent.id).where(JobEvent.job_pk == pk,
-                                                      JobEvent.kind == "flagged").limit(1))
-            if seen is None:
-                s.add(JobEvent(job_pk=pk, time_s=now, kind="flagged",
-                               detail=json.dumps({"reason": reason})))
+            repo.add_job_event_once(s, pk, time_s=now, kind="flagged",
+                                    detail=json.dumps({"reason": reason}))

@@ -66,6 +66,20 @@ def add_job_event(session: Session, job: Job, *, time_s: float, kind: str,
     return event
 
 
+def add_job_event_once(session: Session, job_pk: int, *, time_s: float, kind: str,
+                       detail: str | None = None,
+                       unless: Sequence[str] | None = None) -> JobEvent | None:
+    """A job event unless the job already has one of the kinds `unless` (default: `kind`);
+    None when it had."""
+    seen = session.scalar(select(JobEvent.id).where(
+        JobEvent.job_pk == job_pk, JobEvent.kind.in_(list(unless or (kind,)))).limit(1))
+    if seen is not None:
+        return None
+    event = JobEvent(job_pk=job_pk, time_s=time_s, kind=kind, detail=detail)
+    session.add(event)
+    return event
+
+
 def record_round(session: Session, run: Run, *, index: int, time_s: float, policy: str,
                  solve_s: float, plan: Mapping[Job, int], status: str | None = None,
                  objective: float | None = None) -> Round:
