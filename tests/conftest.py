@@ -12,12 +12,33 @@ from shockslurm.model import JobSpec, JobView
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHOCKSLURM_SHARED_DATA",
                                   REPO.parent / "shared" / "data" / "shockwave-120"))
+# CI (.ci/run) sets it: Slurm, PostgreSQL, torch and the reference data are all there, so a test
+# that would skip for want of one of them fails instead, and so does any other skip.
+REQUIRE_ALL = os.environ.get("SHOCKSLURM_REQUIRE_ALL") == "1"
+
+
+def skip_unless_required(reason: str) -> None:
+    """Skip for a missing component (a developer's machine), fail where all are required."""
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason} (SHOCKSLURM_REQUIRE_ALL=1: nothing may skip here)")
+    pytest.skip(reason)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With SHOCKSLURM_REQUIRE_ALL=1 any skip (importorskip included) fails the run."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if REQUIRE_ALL and skipped:
+        reporter.write_line(f"SHOCKSLURM_REQUIRE_ALL=1: {len(skipped)} skipped; nothing may skip "
+                            "here", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
 def reference_data() -> Path:
     if not (SHARED_DATA / "trace-120jobs.tsv").exists():
-        pytest.skip(f"reference data not found at {SHARED_DATA} (set SHOCKSLURM_SHARED_DATA)")
+        skip_unless_required(f"reference data not found at {SHARED_DATA} "
+                             "(set SHOCKSLURM_SHARED_DATA)")
     return SHARED_DATA
 
 

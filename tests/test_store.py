@@ -31,7 +31,7 @@ from shockslurm.store.engine import upgrade
 from shockslurm.store.models import (Base, BatchSizeChange, Checkpoint, EnactmentIntent, Job,
                                      JobEvent, PlanEntry, Round, Run, ThroughputSample)
 
-from .conftest import REPO, make_spec
+from .conftest import REPO, make_spec, skip_unless_required
 
 PG_URL = os.environ.get("SHOCKSLURM_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 WRITERS, SAMPLES_EACH = 8, 200
@@ -58,7 +58,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     reason = _pg_reason()
     if reason is not None:
         print(reason)
-        pytest.skip(reason)
+        skip_unless_required(reason)
     schema = f"t_{uuid.uuid4().hex[:12]}"
     admin = make_engine(PG_URL)
     with admin.begin() as conn:
