@@ -9,7 +9,7 @@ from dataclasses import replace
 from shockslurm.model import RoundPlan
 from shockslurm.slurm.live import SlurmCluster
 from shockslurm.slurm.specs import spec_from_comment
-from shockslurm.slurm.types import CommandResult, JobState, SlurmJob, SlurmNode
+from shockslurm.slurm.types import CommandResult, JobState, SlurmNode
 
 from .test_enact import job
 

@@ -11,7 +11,6 @@ import os
 import re
 import stat
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
