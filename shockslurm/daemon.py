@@ -86,13 +86,16 @@ class RoundLogger:
                   "solve_s": round(solve_s, 3),
                   "round_s": round(max(0.0, self.clock() - snapshot.now), 3),
                   "status": "ok" if status is None else str(status),
-                  "kept": len(st.kept), "dropped": len(st.dropped)}
+                  "kept": len(st.kept), "dropped": len(st.dropped),
+                  "grace_wait_s": round(st.grace_wait_s, 3),
+                  "stop_wait_s": round(st.stop_wait_s, 3)}
         line = (f"round {fields['round']}: active={fields['active']} "
                 f"running={fields['running']} started={fields['started']} "
                 f"stopped={fields['stopped']} held={fields['held']} "
                 f"gpus={fields['gpus_used']}/{fields['gpus_total']} "
                 f"failed_calls={fields['failed_calls']} kept={fields['kept']} "
-                f"dropped={fields['dropped']} solve_s={solve_s:.3f} "
+                f"dropped={fields['dropped']} grace_wait_s={st.grace_wait_s:.1f} "
+                f"stop_wait_s={st.stop_wait_s:.1f} solve_s={solve_s:.3f} "
                 f"round_s={fields['round_s']:.3f} status={fields['status']}")
         self.lines.append(line)
         if self.emit is not None:

@@ -53,8 +53,11 @@ class Backend(FakeBackend):
         self.exit_on_usr1 = exit_on_usr1
         self.down = False
         self.kill_on: str | None = None      # argv[1] at which the daemon "dies" (before it)
+        self.kill_on_read_after_signal = False   # it "dies" waiting for a signalled job's exit
 
     def jobs(self):
+        if self.kill_on_read_after_signal and any(a[0] == "scancel" for a in self.log):
+            raise Killed()
         if self.down:
             raise SlurmError("squeue --json failed", returncode=1,
                              stderr="slurm_load_jobs error: Unable to contact slurm controller")
@@ -93,7 +96,14 @@ def daemon(engine, backend, metrics=None, **daemon_keys):
                                    "min_run_seconds": 0, **daemon_keys}})
     d = build_daemon(cfg, backend, engine=engine, emit=lambda _line: None, metrics=metrics)
     sleeps: list[float] = []
-    d.cluster._sleep = sleeps.append
+    clock = [0.0]              # the cluster's monotonic clock moves only when it sleeps
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        clock[0] += s
+
+    d.cluster._sleep = sleep
+    d.cluster._monotonic = lambda: clock[0]
     d.sleeps = sleeps          # type: ignore[attr-defined]
     return d
 
@@ -115,10 +125,11 @@ def intents(engine):
 def test_killed_in_the_grace_period_resumes_the_stop_without_a_second_usr1(engine, exits):
     b = Backend([running(1), job(2, gpus=8)], exit_on_usr1=exits)
     d1 = daemon(engine, b)
-    d1.cluster._sleep = lambda s: (_ for _ in ()).throw(Killed())   # dies in the grace sleep
+    b.kill_on_read_after_signal = True      # dies waiting for job 1 to exit
     t = time.time()           # the store stamps the signal intent with the wall clock
     with pytest.raises(Killed):
         round_(d1, {2}, now=t)
+    b.kill_on_read_after_signal = False
     assert [a[0] for a in b.log] == ["scancel"]
     assert [i[:2] for i in intents(engine)] == [("signal", 0)]
 
@@ -129,7 +140,8 @@ def test_killed_in_the_grace_period_resumes_the_stop_without_a_second_usr1(engin
     argv0 = [a[:2] for a in b.log]
     assert ("scancel", "--signal=USR1") not in argv0, b.log      # never signalled twice
     assert argv0[0] == ("scontrol", "requeuehold") and "1" in b.log[0][2].split(",")
-    assert d2.sleeps and d2.sleeps[0] == pytest.approx(3.0, abs=1.0)     # the rest of the grace: 5 - 2
+    # still running: the rest of the grace (5 - 2 s); exited on its USR1: requeued at once
+    assert sum(d2.sleeps) == (pytest.approx(0.0) if exits else pytest.approx(3.0, abs=0.6))
     state = {j.job_id: j for j in b._jobs}[1]
     assert state.state is JobState.PENDING and state.held and state.restart_count == 1
     # the resumed requeuehold was journalled before it ran, also for a job that had exited

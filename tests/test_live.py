@@ -181,3 +181,64 @@ def test_a_job_that_had_finished_before_its_signal_is_not_requeued_now_or_later(
     b.log.clear()
     c.enact(RoundPlan(frozenset()), c.observe(1010.0))      # no resumed stop for job 1 either
     assert not any(a[1] == "requeuehold" for a in b.log), b.log
+
+
+class FakeClock:
+    """Monotonic time that only moves when the cluster sleeps."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def _exits_after(b: FakeBackend, clock: FakeClock, job_id: int, after_s: float | None):
+    """Job `job_id` exits (COMPLETED) `after_s` seconds after its USR1; None: never."""
+    original = b.run
+    signalled: list[float] = []
+
+    def jobs():
+        b.calls["jobs"] += 1
+        if signalled and after_s is not None and clock.t >= signalled[0] + after_s:
+            b._jobs = [replace(j, state=JobState.COMPLETED, end_time=1000.0 + clock.t)
+                       if j.job_id == job_id and j.state is JobState.RUNNING else j
+                       for j in b._jobs]
+        return list(b._jobs)
+
+    def run(argv):
+        if argv[0] == "scancel":
+            signalled.append(clock.t)
+        return original(argv)
+
+    b.jobs, b.run = jobs, run
+    return signalled
+
+
+def test_a_stopped_job_is_requeued_as_soon_as_it_has_exited_not_after_the_whole_grace():
+    """Job 1 saves and exits 1.3 s after its USR1: the requeuehold follows at the next poll
+    (0.5 s steps), not 30 s later; its successor starts in the same round."""
+    b = FakeBackend([job(1, JobState.RUNNING), job(2)])
+    clock = FakeClock()
+    signalled = _exits_after(b, clock, 1, 1.3)
+    c = SlurmCluster(b, grace_seconds=30, sleep=clock.sleep, monotonic=clock.monotonic)
+    c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+    assert [a[:2] for a in b.log] == [("scancel", "--signal=USR1"),
+                                      ("scontrol", "requeuehold"), ("scontrol", "release")]
+    assert signalled == [0.0]
+    assert 1.3 <= c.last_stats.grace_wait_s <= 1.3 + 0.5
+    assert clock.t < 2.0
+
+
+def test_a_job_that_ignores_its_signal_is_requeued_at_the_grace_deadline():
+    b = FakeBackend([job(1, JobState.RUNNING), job(2)])
+    clock = FakeClock()
+    _exits_after(b, clock, 1, None)
+    c = SlurmCluster(b, grace_seconds=30, sleep=clock.sleep, monotonic=clock.monotonic)
+    c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+    assert [a[:2] for a in b.log] == [("scancel", "--signal=USR1"),
+                                      ("scontrol", "requeuehold"), ("scontrol", "release")]
+    assert c.last_stats.grace_wait_s == 30.0

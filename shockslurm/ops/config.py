@@ -86,7 +86,8 @@ KEYS: tuple[Key, ...] = (
         "Scheduling policy (`shockslurm simulate --help` lists them).", reload=True,
         choices=tuple(REGISTRY)),
     Key("daemon", "grace_seconds", "nonnegative", 30.0,
-        "Seconds between a stopped job's USR1 and its requeuehold: time to checkpoint.",
+        "Longest wait between a stopped job's USR1 and its requeuehold (time to checkpoint); a "
+        "job that exits sooner is requeued at once.",
         reload=True),
     Key("daemon", "stop_timeout_seconds", "positive", 60.0,
         "How long a round waits for requeued jobs to release their GPUs.", reload=True),

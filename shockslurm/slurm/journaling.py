@@ -86,7 +86,8 @@ class EnactStats:
     held: int = 0
     updates: int = 0
     failed_calls: int = 0
-    stop_wait_s: float = 0.0
+    grace_wait_s: float = 0.0      # from the signals until the stopped jobs had exited
+    stop_wait_s: float = 0.0       # from the requeuehold until their GPUs were free
     kept: dict[int, str] = field(default_factory=dict)    # stops the churn bounds dropped: rule
     dropped: tuple[int, ...] = ()                         # planned starts dropped for them
     steps: list[en.Step] = field(default_factory=list)

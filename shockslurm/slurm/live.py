@@ -346,9 +346,8 @@ class SlurmCluster:
             if resumed:
                 wait = max([wait] + [since + self.grace_seconds - snapshot.now
                                      for since in resumed.values()])
-            if wait > 0:
-                self._sleep(min(wait, self.grace_seconds))
-            to_requeue = self._not_done_before_signal(to_requeue, sent_at)
+            seen = self._await_exits(to_requeue, min(wait, self.grace_seconds), stats)
+            to_requeue = self._not_done_before_signal(to_requeue, sent_at, seen)
         if to_requeue:
             requeue = en.requeue_step(to_requeue)
             assert requeue is not None
@@ -372,14 +371,38 @@ class SlurmCluster:
         self.last_stats = stats
 
     # ------------------------------------------------------------------ bookkeeping
-    def _not_done_before_signal(self, job_ids: list[int],
-                                sent_at: Mapping[int, float]) -> list[int]:
-        """`job_ids` without the jobs that had ended before their signal (`stops`): one squeue
-        read, only in rounds that stop jobs."""
+    def _await_exits(self, job_ids: list[int], wait_s: float,
+                     stats: EnactStats) -> list[SlurmJob] | None:
+        """Wait until every job of `job_ids` has let go of its GPUs (it saved and exited on its
+        USR1) or `wait_s` (the rest of the grace period) has passed, whichever comes first;
+        returns the last squeue read (None when there was nothing to wait for). Polled every
+        `STOP_POLL_S`: a job that exits 1.3 s after its signal is requeued then, not after the
+        whole grace period."""
+        if wait_s <= 0:
+            return None
+        waiting = set(job_ids)
+        t0 = self._monotonic()
+        deadline = t0 + wait_s
+        while True:
+            jobs = self._read("squeue", self.backend.jobs)
+            if not any(j.job_id in waiting and j.state.holds_gpus for j in jobs):
+                break
+            left = deadline - self._monotonic()
+            if left <= 0:
+                break
+            self._sleep(min(STOP_POLL_S, left))
+        stats.grace_wait_s = self._monotonic() - t0
+        return jobs
+
+    def _not_done_before_signal(self, job_ids: list[int], sent_at: Mapping[int, float],
+                                seen: list[SlurmJob] | None = None) -> list[int]:
+        """`job_ids` without the jobs that had ended before their signal (`stops`), judged on
+        `seen` (the last squeue read) or one fresh read, only in rounds that stop jobs."""
         if not any(j in sent_at for j in job_ids):
             return job_ids
-        keep, done = stops.not_done_before_signal(job_ids, sent_at,
-                                                  self._read("squeue", self.backend.jobs))
+        if seen is None:
+            seen = self._read("squeue", self.backend.jobs)
+        keep, done = stops.not_done_before_signal(job_ids, sent_at, seen)
         if done:
             log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
         return keep

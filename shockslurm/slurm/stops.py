@@ -1,10 +1,12 @@
 """`StopTracker`: the live cluster's memory of stops under way, for crash safety.
 
-A stop is USR1, the grace period, then requeuehold. A stop that was begun (its `signal` intent
-is in the store, or this process sent it) but whose requeuehold never succeeded (the daemon died
-in the grace period, or the call failed) is *resumed*, never restarted: the job is not signalled
-again, it is requeueheld once the rest of its grace period has passed, also when it has
-meanwhile exited (COMPLETED after its checkpoint), since otherwise its training would end there.
+A stop is USR1, then requeuehold as soon as the job has exited (it saved and exited on its
+signal) or at the end of the grace period, whichever comes first. A stop that was begun (its
+`signal` intent is in the store, or this process sent it) but whose requeuehold never succeeded
+(the daemon died in the grace period, or the call failed) is *resumed*, never restarted: the job
+is not signalled again, it is requeueheld once it has exited or the rest of its grace period has
+passed, also when it has meanwhile exited (COMPLETED after its checkpoint), since otherwise its
+training would end there.
 
 One rule is shared by the stop of this round and the resumed ones: a job that had ended on its
 own before its signal went out is never requeued (`ended_before`). Slurm can show a job RUNNING

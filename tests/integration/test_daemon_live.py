@@ -32,6 +32,10 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 GPUS = [8, 8, 8, 4, 4, 4, 4, 4, 2, 2, 2, 2]             # 52 GPUs asked of 32
 TARGETS = [60, 90, 70, 100, 80, 120, 60, 150, 110, 90, 130, 70]   # units of 0.2 s
 COMPLETION_TIMEOUT_S = 330
+# The worker saves and exits within 0.2 s of its USR1: the requeuehold must follow its exit, not
+# the end of this (long) grace period.
+GRACE_S = 20
+SWITCH_BOUND_S = 4.0
 START_RE = re.compile(r"^start restart=(\d+) unit (\d+)$")
 
 
@@ -49,7 +53,7 @@ def _shocksub(tmp: Path, db: str, k: int, gpus: int, target: int) -> int:
 
 
 def _run_daemon(tmp: Path, policy: str, options: dict, ours: set[int], db: str):
-    cfg = parse_config({"daemon": {"round_seconds": 6, "grace_seconds": 2, "policy": policy,
+    cfg = parse_config({"daemon": {"round_seconds": 6, "grace_seconds": GRACE_S, "policy": policy,
                                    "partitions": ["gpu"], "db": db, "stop_timeout_seconds": 20},
                         "policy": options})
     engine = open_store(db, create=True)
@@ -147,6 +151,17 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict) -> None
             assert intents and all(i.return_code is not None for i in intents)
             assert cpu_job not in touched and touched <= ours
             assert all(str(cpu_job) not in " ".join(i.argv) for i in intents)
+            signalled: dict[int, float] = {}
+            waits = []
+            for i in sorted(intents, key=lambda i: (i.created_at, i.id)):
+                if i.action == "signal":
+                    signalled[i.job_pk] = i.created_at.timestamp()
+                elif i.action == "requeuehold" and i.job_pk in signalled:
+                    waits.append(i.created_at.timestamp() - signalled.pop(i.job_pk))
+            assert waits and max(waits) < SWITCH_BOUND_S, (
+                f"USR1 -> requeuehold took {sorted(waits)} s (grace {GRACE_S} s)")
+            print(f"USR1 -> requeuehold: median {sorted(waits)[len(waits) // 2]:.2f} s, "
+                  f"max {max(waits):.2f} s over {len(waits)} stops (grace {GRACE_S} s)")
         engine.dispose()
 
         # The unmanaged job ran to its normal end.
