@@ -20,8 +20,10 @@ Why the rules below (see /work/shared/slurm/NOTES.md, Slurm 22.05):
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -38,7 +40,7 @@ TEMPLATES = ("single_node", "multi_node")
 MAX_GPUS_PER_NODE = 64
 MAX_SIGNAL_SECONDS = 65535          # Slurm stores the --signal offset in 16 bits
 SBATCH_TIMEOUT_S = 120
-# an Ed25519 key (`train.records.new_secret`), or a legacy hex secret: safe unquoted in bash
+# an Ed25519 key (`new_report_secret`), or a legacy hex secret: safe unquoted in bash
 SECRET_RE = re.compile(r"^(ed25519:[A-Za-z0-9_-]{43}|[0-9a-f]{32,128})$")
 DRY_RUN_SECRET = "dry-run-no-secret"       # what --dry-run prints in place of the secret
 
@@ -270,10 +272,11 @@ def load_template(name: str) -> str:
 
 
 def new_report_secret() -> str:
-    """A fresh per-job report secret (an Ed25519 private key, `train.records.new_secret`)."""
-    from ..train.records import new_secret
-
-    return new_secret()
+    """A fresh per-job report secret: an Ed25519 private key, `ed25519:<base64url>` (the format
+    `train.records` signs with). An Ed25519 private key is 32 random bytes (RFC 8032, 5.1.5), so
+    it is drawn here without importing the signing code: shocksub stays fast."""
+    raw = secrets.token_bytes(32)
+    return "ed25519:" + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def template_values(req: JobRequest, report_secret: str | None = None) -> Mapping[str, str]:

@@ -128,13 +128,6 @@ def validate(report: Any) -> dict[str, Any]:
     return report
 
 
-def new_secret() -> str:
-    """A fresh per-job report secret: an Ed25519 private key, `ed25519:<base64url>`."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    return ED25519 + _b64(Ed25519PrivateKey.generate().private_bytes_raw())
-
-
 def derive_key(secret: str) -> str:
     """The key registered in the store for a job whose secret is `secret`: the Ed25519 public
     key (`ed25519:<base64url>`), or for a legacy hex secret its HMAC key (hex)."""
