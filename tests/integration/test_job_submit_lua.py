@@ -60,7 +60,8 @@ class LuaPlugin:
         self.lib = lib
         lib.luaL_newstate.restype = ctypes.c_void_p
         lib.lua_tolstring.restype = ctypes.c_void_p
-        lib.lua_tolstring.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+        lib.lua_tolstring.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_size_t)]
         for name in ("luaL_openlibs", "lua_close"):
             getattr(lib, name).argtypes = [ctypes.c_void_p]
         lib.luaL_loadstring.argtypes = [ctypes.c_void_p, ctypes.c_char_p]

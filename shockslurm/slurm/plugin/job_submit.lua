@@ -56,7 +56,8 @@ local SIZED_GPU_FIELDS = { "tres_per_node", "tres_per_job" }      -- what the da
 local UNSIZED_GPU_FIELDS = { "tres_per_socket", "tres_per_task" }
 local UPDATABLE_FIELDS = { "partition", "tres_per_node", "tres_per_job", "tres_per_socket",
                            "tres_per_task" }
--- slurm.ESLURM_ACCESS_DENIED may be missing from a build's Lua table; fall back to the generic error
+-- 22.05 defines slurm.ESLURM_ACCESS_DENIED (sbatch/scontrol print "Access/permission denied");
+-- a build without it gets the generic error
 local REFUSED = slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
 
 local function trim(text)
@@ -154,7 +155,9 @@ end
 local function after_modify(job_desc, job_rec)
    local after = {}
    for _, name in ipairs(UPDATABLE_FIELDS) do
-      if job_desc[name] ~= nil then after[name] = job_desc[name] else after[name] = job_rec[name] end
+      local value = job_desc[name]
+      if value == nil then value = job_rec[name] end
+      after[name] = value
    end
    return after
 end
