@@ -41,8 +41,8 @@ Operators (OPERATOR_UIDS) are not restricted on modify: the daemon releases and 
 Fields verified on 22.05.8 in slurm_job_modify: job_desc holds only what the update sets (nil
 otherwise): partition, comment, tres_per_node ("gres:gpu:8" for Gres=gpu:8; "gres:" for Gres=,
 "" for TresPerNode=), tres_per_job, tres_per_socket, tres_per_task, priority (4294967295 on
-release, 0 on hold); job_rec has partition (the resolved one), comment, admin_comment, the four
-tres_per_* fields, priority and job_state.
+release, NO_VAL 4294967294 when not set); job_rec has partition (the resolved one), comment,
+admin_comment, the four tres_per_* fields, priority and job_state.
 
 Edit MANAGED_PARTITIONS for your site; "" stands for jobs that name no partition (the default).
 Add the uid of the daemon's dedicated operator user to OPERATOR_UIDS (see README, "Running the
