@@ -245,6 +245,16 @@ def test_a_400_mb_file_is_refused_without_reading_it(tmp_path, engine, caplog):
     assert read is not None and read.data is None and read.problem.startswith("too large")
 
 
+def test_a_flood_of_files_is_read_a_bounded_amount_per_round(tmp_path, engine):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for i in range(3):
+        (spool / f"{i}.json").write_bytes(_good(float(i), 1.7e9 + i))
+    ingest = SpoolIngest(str(spool), max_round_bytes=1)      # one file held per round
+    assert [ingest.run(engine) for _ in range(4)] == [1, 1, 1, 0]
+    assert _samples(engine) == [0.0, 1.0, 2.0]
+
+
 def test_reasons_and_logs_never_quote_the_file(tmp_path, engine, caplog):
     spool = tmp_path / "spool"
     spool.mkdir()

@@ -5,7 +5,8 @@ A training job without a database URL writes one small JSON file per report into
 `*.json`). The daemon runs `SpoolIngest.run(engine)` each round:
 1. every `*.json` entry is read with `spool_read.read_entry` (no symlink followed, regular files
    with one name only, at most `MAX_REPORT_BYTES`, read as the file's owner when the daemon is
-   root), all before the store is opened;
+   root), all before the store is opened, up to `MAX_FILES_PER_ROUND` files and
+   `MAX_BYTES_PER_ROUND` bytes held (a flood of files waits for later rounds);
 2. each one is parsed and checked (`records.check_report`: well formed, registered job, good
    signature, not a replay) and its rows added; files are deleted only after the transaction
    holding their rows has committed, so a crash never loses a report (a file whose rows were
@@ -38,6 +39,7 @@ from .spool_read import MAX_REPORT_BYTES, Read, open_spool, read_entry, report_n
 log = logging.getLogger("shockslurm.reports")
 
 MAX_FILES_PER_ROUND = 10_000
+MAX_BYTES_PER_ROUND = 16 * 2**20     # what one round holds in memory; the rest waits a round
 MAX_REASON_CHARS = 300
 _QUOTED = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
 _NUMBER = re.compile(r"(?<![\w.-])-?\d[\d_.]*(?:[eE][+-]?\d+)?(?![\w-])")
@@ -96,8 +98,9 @@ class SpoolIngest:
     allow_unsigned: bool = False
     limit: int = MAX_FILES_PER_ROUND
     max_bytes: int = MAX_REPORT_BYTES
-    _stuck: set[str] = field(default_factory=set)   # entries that could not be removed
-    _spool_problem: str | None = None
+    max_round_bytes: int = MAX_BYTES_PER_ROUND
+    _stuck: set[str] = field(default_factory=set, init=False)   # entries not removable
+    _spool_problem: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.spool_dir = str(self.spool_dir)
@@ -127,19 +130,31 @@ class SpoolIngest:
             names = report_names(dir_fd)
             self._stuck &= set(names)
             todo = [n for n in names if n not in self._stuck][:self.limit]
-            reads = [read_entry(dir_fd, n, self.max_bytes) for n in todo]
-            return self._ingest(engine, dir_fd, [r for r in reads if r is not None])
+            return self._ingest(engine, dir_fd, self._read(dir_fd, todo))
         finally:
             os.close(dir_fd)
 
+    def _read(self, dir_fd: int, names: list[str]) -> list[Read]:
+        """Each entry's checked content, oldest first, until `max_round_bytes` are held."""
+        reads: list[Read] = []
+        held = 0
+        for name in names:
+            if held >= self.max_round_bytes:
+                break
+            read = read_entry(dir_fd, name, self.max_bytes)
+            if read is not None:
+                reads.append(read)
+                held += len(read.data or b"")
+        return reads
+
     def _ingest(self, engine: Engine, dir_fd: int, reads: list[Read]) -> int:
         done: list[str] = []
-        refused: list[tuple[Read, str, Any]] = []
+        refused: list[tuple[Read, str]] = []
         with Session(engine) as session:
             for read in reads:
                 report, job_pk, reason = self._check(session, read)
                 if reason is not None:
-                    refused.append((read, reason, report))
+                    refused.append((read, reason))
                     continue
                 add_rows(session, report, job_pk)
                 done.append(read.name)
@@ -167,12 +182,12 @@ class SpoolIngest:
         except (ValueError, TypeError, KeyError, RecursionError) as exc:  # odd nested values
             return report, 0, f"cannot be checked ({type(exc).__name__}){_claimed(report)}"
 
-    def _refuse_all(self, dir_fd: int, refused: list[tuple[Read, str, Any]]) -> None:
+    def _refuse_all(self, dir_fd: int, refused: list[tuple[Read, str]]) -> None:
         if not refused:
             return
-        area_fd = self.area.open() if any(not r.leave for r, _, _ in refused) else None
+        area_fd = self.area.open() if any(not r.leave for r, _ in refused) else None
         try:
-            for read, reason, _report in refused:
+            for read, reason in refused:
                 if read.leave:
                     self._stuck.add(read.name)
                     log.warning("spool: %s left in place: %s", shown(read.name), reason)
