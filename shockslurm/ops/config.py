@@ -106,8 +106,8 @@ KEYS: tuple[Key, ...] = (
         "The cluster name `shocksub --cluster` registers job specs under."),
     Key("daemon", "spool_dir", "path", "",
         "Training reports spooled by jobs (`$SHOCKSLURM_SPOOL`), ingested each round (\"\" = "
-        "none). Make it owned by root with mode 1733 (users may add files, not list, read or "
-        "remove others'), in a directory users cannot write."),
+        "none). Make it owned by the daemon's user with mode 1733 (users may add files, not list "
+        "the directory or remove others' files), in a directory users cannot write."),
     Key("daemon", "rejected_dir", "path", "",
         "Where refused report files are kept with a `.reason` each, created 0700 and used only "
         "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`)."),

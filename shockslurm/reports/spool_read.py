@@ -10,9 +10,10 @@ Every entry is examined relative to one directory descriptor of the spool (opene
 - when the daemon runs as root, is opened *as the file's owner*: the effective uid becomes the
   owner's, the effective gid the owner's primary group (from the passwd database; `nogroup`
   65534 for an unknown uid) and the supplementary groups none, for the open and the read only.
-  A user can therefore make the daemon read only what that user could read anyway; a file owned
-  by root is read as root (only root can place one in the spool: hard links are refused, and a
-  symlink is never followed). `seteuid` applies to every thread of the process (glibc), so the
+  A user can therefore make the daemon read only what that user could read anyway. A file owned
+  by root is read as root: a user can place one only by renaming it out of a directory that user
+  may write (hard links are refused, symlinks never followed), and its content still reaches no
+  log and no reason file, only the root-only rejected area. `seteuid` applies to every thread of the process (glibc), so the
   caller must do nothing else in that window: the ingest reads all files first and opens the
   store afterwards.
 

@@ -43,8 +43,9 @@ class Sink(Protocol):
 
 
 class SpoolSink:
-    """One JSON file per report, written atomically (dot-named temporary + rename), mode 0600:
-    in the daemon's spool (mode 1733) only its writer and the daemon can read it."""
+    """One JSON file per report, written atomically (dot-named temporary + rename). The
+    temporary is created exclusively and never through a symlink (the spool is shared); its
+    mode is 0644 less the umask, so a daemon that does not run as root can read it too."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -54,7 +55,7 @@ class SpoolSink:
     def send(self, report: dict[str, Any]) -> None:
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}.json"
         tmp = self.directory / f".{name}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with open(fd, "w", encoding="utf-8") as fh:
             json.dump(report, fh, separators=(",", ":"))
         os.replace(tmp, self.directory / name)
