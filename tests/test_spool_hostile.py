@@ -253,6 +253,10 @@ def test_a_flood_of_files_is_read_a_bounded_amount_per_round(tmp_path, engine):
     ingest = SpoolIngest(str(spool), max_round_bytes=1)      # one file held per round
     assert [ingest.run(engine) for _ in range(4)] == [1, 1, 1, 0]
     assert _samples(engine) == [0.0, 1.0, 2.0]
+    for i in range(3, 6):
+        (spool / f"{i}.json").write_bytes(_good(float(i), 1.7e9 + i))
+    assert [ingest_spool(spool, engine, limit=2) for _ in range(3)] == [2, 1, 0]  # oldest first
+    assert _samples(engine) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 def test_reasons_and_logs_never_quote_the_file(tmp_path, engine, caplog):

@@ -127,7 +127,7 @@ class SpoolIngest:
         if dir_fd is None:
             return 0
         try:
-            names = report_names(dir_fd)
+            names = report_names(dir_fd, self.limit + len(self._stuck))
             self._stuck &= set(names)
             todo = [n for n in names if n not in self._stuck][:self.limit]
             return self._ingest(engine, dir_fd, self._read(dir_fd, todo))

@@ -24,6 +24,7 @@ phrases (`Read.problem`).
 from __future__ import annotations
 
 import errno
+import heapq
 import os
 import pwd
 import re
@@ -61,11 +62,12 @@ def open_spool(path: str | os.PathLike[str]) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
-def report_names(dir_fd: int) -> list[str]:
-    """Entries named `*.json`, not dot-named (a writer's temporary), oldest name first."""
+def report_names(dir_fd: int, limit: int) -> list[str]:
+    """The `limit` first entries named `*.json`, not dot-named (a writer's temporary), oldest
+    name first; memory bounded by `limit` however many entries a user created."""
     with os.scandir(dir_fd) as entries:
-        return sorted(e.name for e in entries
-                      if e.name.endswith(".json") and not e.name.startswith("."))
+        return heapq.nsmallest(limit, (e.name for e in entries
+                                       if e.name.endswith(".json") and not e.name.startswith(".")))
 
 
 def _primary_gid(uid: int) -> int:
