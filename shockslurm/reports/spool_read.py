@@ -135,11 +135,11 @@ def _read_capped(fd: int, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-def _open_problem(exc: OSError) -> str:
+def _open_problem(exc: OSError, owner: int) -> str:
     if exc.errno == errno.ELOOP:
         return "a symbolic link (never followed)"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return "not readable by its owner"
+    if exc.errno in (errno.EACCES, errno.EPERM):   # read as its owner, or by a non-root daemon
+        return f"not readable by {'its owner' if os.geteuid() == owner else 'the daemon'}"
     return f"cannot be opened ({errno.errorcode.get(exc.errno or 0, 'error')})"
 
 
@@ -152,7 +152,7 @@ def read_opened(dir_fd: int, name: str, owner: int, cap: int) -> Read | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return Read(name, problem=_open_problem(exc), owner=owner)
+        return Read(name, problem=_open_problem(exc, owner), owner=owner)
     try:
         st = os.fstat(fd)
         problem = _refusal(st, cap)
