@@ -1,7 +1,7 @@
 """Signed training reports: a job's reports are accepted only with the signature of the key
 registered for THAT job; another job's id, a wrong or missing secret, or a field changed after
-signing is refused (kept in `<spool>.rejected/` with the reason, a warning naming the claimed job), and the
-secret never reaches a log, a spool file or the store in clear."""
+signing is refused (kept in `<spool>.rejected/` with the reason, a warning naming the claimed
+job), and the secret never reaches a log, a spool file or the store in clear."""
 
 from __future__ import annotations
 
@@ -98,9 +98,10 @@ def test_spoofed_reports_are_refused_moved_aside_and_logged(store, tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="shockslurm.reports"):
         assert ingest_spool(spool, engine) == 1
     assert _samples(engine) == [(20, 7.0)]
-    moved = {p.stem for p in Path(f"{spool}.rejected").glob("*.json")}
+    rejected = Path(f"{spool}.rejected")
+    moved = {p.stem for p in rejected.glob("*.json")}
     assert moved == set(reports) - {"i-good-bob"}
-    reasons = {name: (Path(f"{spool}.rejected") / f"{name}.json.reason").read_text() for name in moved}
+    reasons = {name: (rejected / f"{name}.json.reason").read_text() for name in moved}
     assert "bad signature" in reasons["a-wrong-secret"]
     assert "bad signature" in reasons["b-other-jobs-id"] and "job_id 10" in reasons[
         "b-other-jobs-id"]

@@ -13,9 +13,9 @@ Every entry is examined relative to one directory descriptor of the spool (opene
   A user can therefore make the daemon read only what that user could read anyway. A file owned
   by root is read as root: a user can place one only by renaming it out of a directory that user
   may write (hard links are refused, symlinks never followed), and its content still reaches no
-  log and no reason file, only the root-only rejected area. `seteuid` applies to every thread of the process (glibc), so the
-  caller must do nothing else in that window: the ingest reads all files first and opens the
-  store afterwards.
+  log and no reason file, only the root-only rejected area. `seteuid` applies to every thread
+  of the process (glibc), so the caller must do nothing else in that window: the ingest reads
+  all files first and opens the store afterwards.
 
 No file content and no exception text ever leaves this module: a refusal is one of a few fixed
 phrases (`Read.problem`).
@@ -135,12 +135,16 @@ def _read_capped(fd: int, cap: int) -> bytes:
     return b"".join(chunks)
 
 
+def _errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "error")
+
+
 def _open_problem(exc: OSError, owner: int) -> str:
     if exc.errno == errno.ELOOP:
         return "a symbolic link (never followed)"
     if exc.errno in (errno.EACCES, errno.EPERM):   # read as its owner, or by a non-root daemon
         return f"not readable by {'its owner' if os.geteuid() == owner else 'the daemon'}"
-    return f"cannot be opened ({errno.errorcode.get(exc.errno or 0, 'error')})"
+    return f"cannot be opened ({_errno_name(exc)})"
 
 
 def read_opened(dir_fd: int, name: str, owner: int, cap: int) -> Read | None:
@@ -162,8 +166,7 @@ def read_opened(dir_fd: int, name: str, owner: int, cap: int) -> Read | None:
             return Read(name, problem=problem, owner=owner)
         data = _read_capped(fd, cap)
     except OSError as exc:
-        return Read(name, problem=f"cannot be read ({errno.errorcode.get(exc.errno or 0, 'error')})",
-                    owner=owner)
+        return Read(name, problem=f"cannot be read ({_errno_name(exc)})", owner=owner)
     finally:
         os.close(fd)
     if len(data) > cap:
