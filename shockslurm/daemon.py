@@ -157,6 +157,7 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
         from .reported_progress import ReportedProgress
 
         progress = ReportedProgress(engine, cluster=cfg.cluster, spool_dir=cfg.spool_dir or None,
+                                    rejected_dir=cfg.rejected_dir,
                                     allow_unsigned_reports=cfg.allow_unsigned_reports)
         journal = StoreJournal(engine, cluster=cfg.cluster, policy=cfg.policy,
                                config={"round_seconds": cfg.round_seconds,

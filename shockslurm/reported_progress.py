@@ -3,8 +3,8 @@
 Wired by `daemon.build_daemon` only (the Slurm layer knows the `ProgressSource` protocol, never
 the store). Each round `refresh` gets every active job and
 
-1. ingests the spool directory, when one is configured (`train.spool.ingest_spool`: counts are
-   logged, a failure is logged and never stops the round);
+1. ingests the spool directory, when one is configured (`reports.ingest.SpoolIngest`: counts
+   are logged, a failure is logged and never stops the round);
 2. reads, in ONE query for all jobs (a UNION ALL), the reports of the jobs' registrations
    (`shocksub --db` registers a job; reports resolve to that row): every `epoch_done` event, the
    latest `progress` event (position written with each throughput report), the latest throughput
@@ -51,6 +51,7 @@ from sqlalchemy import Engine, Float, Integer, String, Text, cast, func, literal
 from sqlalchemy import union_all
 from sqlalchemy.orm import Session, aliased
 
+from .reports.ingest import SpoolIngest
 from .slurm.enact import StopHistory
 from .slurm.progress import Progress, ProgressSource, RunTimeProgress, progress_ceiling
 from .slurm.specs import LiveSpec
@@ -171,12 +172,15 @@ class ReportedProgress:
     """`ProgressSource` on the store's training reports, with a run-time fallback."""
 
     def __init__(self, engine: Engine, *, cluster: str, spool_dir: str | os.PathLike[str] |
-                 None = None, fallback: ProgressSource | None = None,
+                 None = None, rejected_dir: str | os.PathLike[str] = "",
+                 fallback: ProgressSource | None = None,
                  allow_unsigned_reports: bool = False) -> None:
         self.engine = engine
         self.allow_unsigned_reports = allow_unsigned_reports
         self.cluster = cluster
         self.spool_dir = spool_dir or None
+        self.spool = (SpoolIngest(str(spool_dir), str(rejected_dir),
+                                  allow_unsigned=allow_unsigned_reports) if spool_dir else None)
         self.fallback = fallback or RunTimeProgress()
         self._pk: dict[tuple[int, float], int] = {}
         self.reports: dict[tuple[int, float], JobReports] = {}
@@ -186,14 +190,11 @@ class ReportedProgress:
     # ------------------------------------------------------------------ per round
     def ingest(self) -> int:
         """Ingest the spool (if any); never raises."""
-        if self.spool_dir is None:
+        if self.spool is None:
             return 0
-        from .train.spool import ingest_spool
-
         try:
-            n = ingest_spool(self.spool_dir, self.engine,
-                             allow_unsigned=self.allow_unsigned_reports)
-        except Exception as exc:
+            n = self.spool.run(self.engine)
+        except Exception as exc:   # the store's errors (never a file's content: see reports/)
             log.warning("spool %s: ingest failed (%s: %s); retried next round", self.spool_dir,
                         type(exc).__name__, exc)
             return 0

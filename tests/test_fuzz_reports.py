@@ -1,6 +1,7 @@
-"""Fuzz `shockslurm.train.spool.ingest_spool` with spool directories of random report files.
+"""Fuzz `shockslurm.reports.ingest.ingest_spool` with spool directories of random report files.
 
-Contract: it never raises; every malformed file is moved to `bad/` (with a `.reason` beside it);
+Contract: it never raises; every malformed file leaves the spool for `<spool>.rejected/` (a
+`.reason`, and a copy when it was not too large to read);
 every good one is ingested and deleted.
 """
 
@@ -17,11 +18,12 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shockslurm.reports.ingest import ingest_spool
+from shockslurm.reports.spool_read import MAX_REPORT_BYTES
 from shockslurm.store import repository as repo
 from shockslurm.store.engine import open_store
 from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 from shockslurm.train.records import derive_key, sign, signature, validate
-from shockslurm.train.spool import ingest_spool
 
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -157,11 +159,11 @@ def test_ingest_random_spools(store, files):
     for name, content in zip(names, files):
         (spool / name).write_bytes(content)
     before, _stored_before = _rows(engine), _stored(engine)
-    logging.getLogger("shockslurm.train").disabled = True
+    logging.getLogger("shockslurm.reports").disabled = True
     try:
         n = ingest_spool(spool, engine)
     finally:
-        logging.getLogger("shockslurm.train").disabled = False
+        logging.getLogger("shockslurm.reports").disabled = False
     good, seen = set(), _stored_before
     for name, content in zip(names, files):     # in ingest order: a later copy is a replay
         if _good(content, job_pk):
@@ -173,8 +175,13 @@ def test_ingest_random_spools(store, files):
     assert _rows(engine) >= before + n
     left = {p.name for p in spool.iterdir() if p.is_file()}
     assert left == set(), left                     # good ones deleted, bad ones moved
-    bad = {p.name for p in (spool / "bad").glob("*.json")} if (spool / "bad").exists() else set()
-    assert bad == set(names) - good
-    for name in bad:
-        assert (spool / "bad" / f"{name}.reason").read_text().strip()
+    rejected = Path(f"{spool}.rejected")
+    reasons = {p.name[:-len(".reason")]: p for p in rejected.glob("*.json.reason")}
+    assert set(reasons) == set(names) - good
+    for name, content in zip(names, files):
+        if name in reasons:
+            assert reasons[name].read_text().strip()
+            copy = rejected / name          # a copy of what was read; none when too large
+            assert (copy.read_bytes() == content if len(content) <= MAX_REPORT_BYTES
+                    else not copy.exists())
     assert ingest_spool(spool, engine) == 0

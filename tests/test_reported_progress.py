@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event
@@ -211,7 +212,8 @@ def test_daemon_ingests_the_spool_each_round(tmp_path, store, caplog):
     with caplog.at_level(logging.INFO, logger="shockslurm"):
         v = d.cluster.observe(1000.0).job(1)
     assert d.progress.ingested == 4 and "ingested 4 report(s)" in caplog.text
-    assert not list(spool.glob("*.json")) and (spool / "bad" / "zz-garbage.json").exists()
+    assert not list(spool.glob("*.json"))
+    assert (Path(f"{spool}.rejected") / "zz-garbage.json").exists()
     assert (v.epochs_done, v.batch_size, v.observed_batch_sizes) == (2.5, 64, (32, 32))
     assert v.iterations_per_s == pytest.approx(15.0)
     with Session(store) as s:

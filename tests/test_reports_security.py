@@ -1,7 +1,7 @@
 """Signed training reports: a job's reports are accepted only with the signature of the key
 registered for THAT job; another job's id, a wrong or missing secret, or a field changed after
-signing is refused (moved to bad/ with the reason, a warning naming the claimed job), and the
-secret never reaches a log, a spool file or the store in clear."""
+signing is refused (kept in `<spool>.rejected/` with the reason, a warning naming the claimed
+job), and the secret never reaches a log, a spool file or the store in clear."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import re
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,12 +19,12 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from shockslurm.cli import shocksub
+from shockslurm.reports.ingest import ingest_spool
 from shockslurm.store import open_store
 from shockslurm.store import repository as repo
 from shockslurm.store.models import Checkpoint, Job, ThroughputSample
 from shockslurm.train.records import BadReport, check_report, derive_key, sign
 from shockslurm.train.reports import Reporter, SpoolSink, StoreSink
-from shockslurm.train.spool import ingest_spool
 
 ALICE, BOB = "a1" * 16, "b2" * 16          # the secrets shocksub gave jobs 10 and 20
 
@@ -94,12 +95,13 @@ def test_spoofed_reports_are_refused_moved_aside_and_logged(store, tmp_path, cap
         "i-good-bob": sign(_report(20, samples_per_s=7.0), bob_key),
     }
     spool = _spool(tmp_path, reports)
-    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+    with caplog.at_level(logging.WARNING, logger="shockslurm.reports"):
         assert ingest_spool(spool, engine) == 1
     assert _samples(engine) == [(20, 7.0)]
-    moved = {p.stem for p in (spool / "bad").glob("*.json")}
+    rejected = Path(f"{spool}.rejected")
+    moved = {p.stem for p in rejected.glob("*.json")}
     assert moved == set(reports) - {"i-good-bob"}
-    reasons = {name: (spool / "bad" / f"{name}.json.reason").read_text() for name in moved}
+    reasons = {name: (rejected / f"{name}.json.reason").read_text() for name in moved}
     assert "bad signature" in reasons["a-wrong-secret"]
     assert "bad signature" in reasons["b-other-jobs-id"] and "job_id 10" in reasons[
         "b-other-jobs-id"]
@@ -126,13 +128,13 @@ def test_a_copy_of_an_ingested_report_is_refused_as_a_replay(store, tmp_path, ca
     same_time_other = sign(_report(10, time_s=1.7e9, samples_per_s=51.0), key)  # not a copy
     spool = _spool(tmp_path, {"2-newer": newer, "3-replayed": old, "4-other": same_time_other,
                               "5-twice": newer})
-    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+    with caplog.at_level(logging.WARNING, logger="shockslurm.reports"):
         assert ingest_spool(spool, engine) == 2
     assert sorted(_samples(engine)) == [(10, 50.0), (10, 51.0), (10, 400.0)]
-    moved = {p.stem for p in (spool / "bad").glob("*.json")}
+    moved = {p.stem for p in Path(f"{spool}.rejected").glob("*.json")}
     assert moved == {"3-replayed", "5-twice"}
     for name in moved:
-        reason = (spool / "bad" / f"{name}.json.reason").read_text()
+        reason = (Path(f"{spool}.rejected") / f"{name}.json.reason").read_text()
         assert "replayed report" in reason and "job_id 10" in reason
     assert ALICE not in caplog.text
     # the direct store path goes through the same gate
@@ -146,7 +148,7 @@ def test_unsigned_reports_of_keyless_jobs_only_with_the_switch(store, tmp_path):
     spool = _spool(tmp_path, {"legacy": _report(30), "alice-unsigned": _report(10)})
     assert ingest_spool(spool, engine, allow_unsigned=True) == 1      # only the keyless job
     assert _samples(engine) == [(30, 100.0)]
-    assert {p.stem for p in (spool / "bad").glob("*.json")} == {"alice-unsigned"}
+    assert {p.stem for p in Path(f"{spool}.rejected").glob("*.json")} == {"alice-unsigned"}
 
 
 def test_direct_store_reports_go_through_the_same_check(store):

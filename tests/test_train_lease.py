@@ -71,7 +71,7 @@ def test_extra_predicate_and_request_stop():
 def test_import_shockslurm_does_not_import_torch():
     import subprocess
     import sys
-    code = ("import sys, shockslurm, shockslurm.train, shockslurm.train.spool, "
+    code = ("import sys, shockslurm, shockslurm.train, shockslurm.reports.ingest, "
             "shockslurm.train.reports, shockslurm.train.lease; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -6,16 +6,17 @@ import json
 import logging
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
 
+from shockslurm.reports.ingest import ingest_spool
 from shockslurm.store import repository as repo
 from shockslurm.store.engine import open_store
 from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 from shockslurm.train.records import derive_key
 from shockslurm.train.reports import Reporter, SpoolSink, StoreSink, reporter_from_env
-from shockslurm.train.spool import ingest_spool
 
 SECRET = "0123456789abcdef0123456789abcdef"      # job 42's report secret (tests only)
 
@@ -87,7 +88,7 @@ def test_never_blocks_when_the_sink_hangs():
                                  "postgresql+psycopg://nobody@127.0.0.1:1/none"])
 def test_unreachable_store_is_logged_once_and_training_goes_on(url, caplog):
     rep = Reporter(StoreSink(url), job_id=1, min_interval_s=0.0)
-    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+    with caplog.at_level(logging.WARNING, logger="shockslurm.reports"):
         t0 = time.perf_counter()
         for i in range(20):
             rep.batch_size_change(i, i + 1)
@@ -141,7 +142,7 @@ def test_spool_ingest_and_malformed_files_moved_aside(tmp_path, caplog):
     for name, text in bad.items():
         (spool / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     (spool / ".half-written.json.tmp").write_text("{")       # a writer mid-write: ignored
-    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+    with caplog.at_level(logging.WARNING, logger="shockslurm.reports"):
         assert ingest_spool(spool, engine) == 4
     # job_events: the epoch end, and the throughput report's position (kind "progress")
     assert _rows(engine) == {"throughput_samples": 1, "batch_size_changes": 1, "checkpoints": 1,
@@ -160,11 +161,11 @@ def test_spool_ingest_and_malformed_files_moved_aside(tmp_path, caplog):
         assert pos["epoch_progress"] == 10 / 64 and pos["step"] == 10 and pos["batch_size"] == 32
     left = sorted(p.name for p in spool.iterdir() if p.is_file())
     assert left == [".half-written.json.tmp"]
-    moved = sorted(p.name for p in (spool / "bad").glob("*.json"))
+    moved = sorted(p.name for p in Path(f"{spool}.rejected").glob("*.json"))
     assert moved == sorted(bad)
     for name in bad:
-        assert (spool / "bad" / f"{name}.reason").read_text().strip()
-    assert "no registered job" in (spool / "bad" / "e-unknown.json.reason").read_text()
+        assert (Path(f"{spool}.rejected") / f"{name}.reason").read_text().strip()
+    assert "no registered job" in (Path(f"{spool}.rejected") / "e-unknown.json.reason").read_text()
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert all(name in warned for name in bad)
     assert ingest_spool(spool, engine) == 0

@@ -107,7 +107,11 @@ KEYS: tuple[Key, ...] = (
         "The cluster name `shocksub --cluster` registers job specs under."),
     Key("daemon", "spool_dir", "path", "",
         "Training reports spooled by jobs (`$SHOCKSLURM_SPOOL`), ingested each round (\"\" = "
-        "none)."),
+        "none). Make it owned by the daemon's user with mode 1733 (users may add files, not list "
+        "the directory or remove others' files), in a directory users cannot write."),
+    Key("daemon", "rejected_dir", "path", "",
+        "Where refused report files are kept with a `.reason` each, created 0700 and used only "
+        "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`)."),
     Key("daemon", "min_run_seconds", "optional_nonnegative", None,
         "Churn bound: a running job is not stopped before its current run is this old "
         "(unset = 1.5 x round_seconds; 0 = no minimum).", reload=True),
@@ -149,6 +153,7 @@ class DaemonConfig:
     cluster: str = "slurm"          # the name `shocksub --cluster` registers specs under
     stop_timeout_seconds: float = 60.0
     spool_dir: str = ""             # training reports' spool directory, ingested each round
+    rejected_dir: str = ""          # refused reports ("" = `<spool_dir>.rejected`)
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     log_format: str = "text"
     metrics_address: str = "127.0.0.1"

@@ -7,19 +7,19 @@
 - `lease`: SIGUSR1/SIGTERM and a stop file ask the loop to finish its step, checkpoint and exit 0
   (Slurm requeues the job; the helper never calls scontrol).
 - `reports`: samples/s, batch size, epoch progress and batch-size changes, to the store
-  ($SHOCKSLURM_DB) or a spool directory ($SHOCKSLURM_SPOOL) that the daemon ingests with
-  `spool.ingest_spool` (which needs no torch).
+  ($SHOCKSLURM_DB) or a spool directory ($SHOCKSLURM_SPOOL) that the daemon ingests
+  (`shockslurm.reports`, the daemon's side).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ShockTrainer", "CheckpointManager", "Lease", "Reporter", "ingest_spool"]
+__all__ = ["ShockTrainer", "CheckpointManager", "Lease", "Reporter"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `shockslurm.train.spool` (the daemon's side) must import without torch.
+    # Lazy: `shockslurm.train.records` (imported by the daemon) must import without torch.
     if name == "ShockTrainer":
         from .trainer import ShockTrainer
         return ShockTrainer
@@ -32,7 +32,4 @@ def __getattr__(name: str) -> Any:
     if name == "Reporter":
         from .reports import Reporter
         return Reporter
-    if name == "ingest_spool":
-        from .spool import ingest_spool
-        return ingest_spool
     raise AttributeError(f"module 'shockslurm.train' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The report records a training job sends, their validation, and the store rows they become.
 
-No torch here: the daemon imports this (through `spool.ingest_spool`) to ingest a spool.
+No torch here: the daemon imports this (through `shockslurm.reports.ingest`) to ingest a spool.
 
 A report is a small JSON object, version 1:
 

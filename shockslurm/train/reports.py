@@ -8,7 +8,7 @@ default 10 s); batch-size changes, checkpoints and epoch ends always go.
 Where they go (`reporter_from_env`, rank 0 only):
 - `$SHOCKSLURM_DB` set: straight into the store (`StoreSink`, rows as `records.add_rows`);
 - else `$SHOCKSLURM_SPOOL` set: one JSON file per report there (`SpoolSink`), which the daemon
-  ingests with `spool.ingest_spool`;
+  ingests (`shockslurm.reports.ingest`);
 - else nowhere (`Reporter(None)` keeps only counters).
 The job is named by `$SHOCKSLURM_CLUSTER` (default "slurm", the daemon's cluster) and
 `$SLURM_JOB_ID`, or directly by `$SHOCKSLURM_JOB_PK`. Every report is signed with
@@ -43,7 +43,9 @@ class Sink(Protocol):
 
 
 class SpoolSink:
-    """One JSON file per report, written atomically (dot-named temporary + rename)."""
+    """One JSON file per report, written atomically (dot-named temporary + rename). The
+    temporary is created exclusively and never through a symlink (the spool is shared); its
+    mode is 0644 less the umask, so a daemon that does not run as root can read it too."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -53,7 +55,8 @@ class SpoolSink:
     def send(self, report: dict[str, Any]) -> None:
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}.json"
         tmp = self.directory / f".{name}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(report, fh, separators=(",", ":"))
         os.replace(tmp, self.directory / name)
 
