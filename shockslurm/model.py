@@ -55,7 +55,8 @@ def parse_cluster_shape(text: str) -> tuple[Node, ...]:
         if count <= 0 or gpus <= 0:
             raise ValueError(f"bad cluster group {group.strip()!r}: nodes and GPUs per node "
                              "must be positive")
-        nodes.extend(Node(f"node{len(nodes) + i + 1:02d}", gpus) for i in range(count))
+        first = len(nodes) + 1
+        nodes.extend(Node(f"node{first + i:02d}", gpus) for i in range(count))
     if len(nodes) > 100_000:
         raise ValueError(f"cluster {text!r} has more than 100,000 nodes")
     return tuple(nodes)
