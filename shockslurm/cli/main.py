@@ -20,6 +20,7 @@ from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs, write_jobs
 from ..workload.reference import load_reference_workload
 from .bench import bench_group
+from .bench_switch import switch_cost_cmd
 from .config import config_group
 from .daemon import daemon_cmd
 from .db import DB_HELP, db_group, record_simulation
@@ -241,6 +242,7 @@ def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Pa
     click.echo(f"wrote {len(specs)} jobs to {out}")
 
 
+bench_group.add_command(switch_cost_cmd)
 cli.add_command(bench_group)
 cli.add_command(config_group)
 cli.add_command(db_group)
