@@ -13,8 +13,9 @@ the result depends only on its input:
 3. The other planned jobs are placed: multi-node gangs first, then single-node gangs, largest
    first, each on the node with the fewest free GPUs that still fits it (best fit).
 4. If jobs are left over, the whole plan is placed again from scratch by rule 3 (a running job
-   takes its own node when it has room); that repack is used when it places more GPUs. A running
-   job it puts elsewhere is `moved` (a restart).
+   takes its own node when it has room; among equally good nodes a job takes the one where
+   the fewest running jobs not yet placed sit); that repack is used when it places more GPUs.
+   A running job it puts elsewhere is `moved` (a restart).
 5. Planned jobs still left over are `unplaced` and leave the plan. The GPUs they would have
    taken are not left to a stop they caused: jobs that hold GPUs now but are not in the plan
    keep running where they are (`kept`, by job id) while their nodes have room, up to the
@@ -79,9 +80,11 @@ class NodeBook:
         return any(self._by_free[f] for f in range(gang, self.largest + 1))
 
     # ------------------------------------------------------------------ placing
-    def take(self, gang: int, prefer: NodeShares | None = None) -> NodeShares | None:
-        """Place a gang by rules 1 and 3 (on `prefer`, a single node, when it has room);
-        None when it cannot be placed."""
+    def take(self, gang: int, prefer: NodeShares | None = None,
+             avoid: Mapping[str, int] | None = None) -> NodeShares | None:
+        """Place a gang by rules 1 and 3 (on `prefer`, a single node, when it has room; among
+        equally good nodes, the one with the fewest GPUs in `avoid`); None when it cannot be
+        placed."""
         if not self.can_take(gang):
             return None
         if self.multi_node(gang):
@@ -93,7 +96,8 @@ class NodeBook:
                 return ((self.nodes[i].name, gang),)
         for f in range(gang, self.largest + 1):
             if self._by_free[f]:
-                i = min(self._by_free[f])
+                i = (min(self._by_free[f]) if not avoid else
+                     min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
                 self._use(i, gang)
                 return ((self.nodes[i].name, gang),)
         return None  # pragma: no cover - can_take said yes
@@ -175,13 +179,20 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
 
 def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int, NodeShares]
             ) -> tuple[NodeBook, dict[int, NodeShares]]:
-    """Rule 4: the whole plan by rule 3, running jobs preferring their own node."""
+    """Rule 4: the whole plan by rule 3, running jobs preferring their own node, other jobs
+    preferring nodes that fewer running jobs still to be placed call home."""
     book = NodeBook(nodes)
     shares: dict[int, NodeShares] = {}
+    homes: dict[str, int] = {}
+    for j in gangs:
+        for node, g in running.get(j, ()):
+            homes[node] = homes.get(node, 0) + g
     for j in _new_order(book, gangs, gangs):
-        got = book.take(gangs[j], prefer=running.get(j))
+        got = book.take(gangs[j], prefer=running.get(j), avoid=homes)
         if got is not None:
             shares[j] = got
+        for node, g in running.get(j, ()):
+            homes[node] -= g
     return book, shares
 
 
