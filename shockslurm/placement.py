@@ -12,10 +12,13 @@ the result depends only on its input:
    (multi-node gangs first, then by job id).
 3. The other planned jobs are placed: multi-node gangs first, then single-node gangs, largest
    first, each on the node with the fewest free GPUs that still fits it (best fit).
-4. If jobs are left over, the whole plan is placed again from scratch by rule 3 (a running job
-   takes its own node when it has room; among equally good nodes a job takes the one where
-   the fewest running jobs not yet placed sit); that repack is used when it places more GPUs.
-   A running job it puts elsewhere is `moved` (a restart).
+4. If jobs are left over, two rearrangements are tried: (a) each left-over single-node gang
+   takes the node where it displaces the fewest running jobs (then GPUs), the displaced ones
+   placed again by best fit; (b) the whole plan is placed again from scratch by rule 3 (a
+   running job takes its own node when it has room; among equally good nodes a job takes the
+   one where the fewest running jobs not yet placed sit). Of rules 2-3, (a) and (b), the one
+   that places the most planned GPUs wins, then the one that moves the fewest running jobs
+   (then that order). A running job placed elsewhere than it runs is `moved` (a restart).
 5. Planned jobs still left over are `unplaced` and leave the plan. The GPUs they would have
    taken are not left to a stop they caused: jobs that hold GPUs now but are not in the plan
    keep running where they are (`kept`, by job id) while their nodes have room, up to the
@@ -58,11 +61,12 @@ class NodeBook:
             self._by_free[c].add(i)
         self._whole: set[int] = set(range(len(self.nodes)))
         self._whole_gpus = sum(self._cap)
+        self._free_total = sum(self._cap)
 
     # ------------------------------------------------------------------ queries
     @property
     def free_gpus(self) -> int:
-        return sum(self._free)
+        return self._free_total
 
     def free_on(self, name: str) -> int:
         return self._free[self._index[name]]
@@ -119,6 +123,13 @@ class NodeBook:
             self._use(i, self._cap[i] if whole else g)
         return True
 
+    def release(self, shares: NodeShares) -> None:
+        """Give back what `take` or `take_at` took for `shares`."""
+        whole = self.multi_node(sum(g for _, g in shares))
+        for name, g in shares:
+            i = self._index[name]
+            self._give(i, self._cap[i] if whole else g)
+
     def _take_whole(self, gang: int) -> NodeShares:
         shares: list[tuple[str, int]] = []
         left = gang
@@ -140,6 +151,17 @@ class NodeBook:
         self._by_free[before].discard(i)
         self._free[i] = before - gpus
         self._by_free[self._free[i]].add(i)
+        self._free_total -= gpus
+
+    def _give(self, i: int, gpus: int) -> None:
+        before = self._free[i]
+        self._by_free[before].discard(i)
+        self._free[i] = before + gpus
+        self._by_free[self._free[i]].add(i)
+        self._free_total += gpus
+        if self._free[i] == self._cap[i]:
+            self._whole.add(i)
+            self._whole_gpus += self._cap[i]
 
 
 @dataclass(frozen=True)
@@ -177,6 +199,55 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
     return book, shares
 
 
+def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
+              running: Mapping[int, NodeShares], placed: Mapping[int, NodeShares]
+              ) -> tuple[NodeBook, dict[int, NodeShares]]:
+    """Rule 4, first try: each left-over single-node gang takes the node where it displaces the
+    fewest running jobs (then the fewest GPUs), and the displaced gangs are placed again by best
+    fit. Only tried while the cluster has as many free GPUs as the gang."""
+    book = NodeBook(nodes)
+    shares: dict[int, NodeShares] = {}
+    on_node: dict[str, list[int]] = {}
+    for j, where in placed.items():
+        book.take_at(where)
+        shares[j] = where
+        if len(where) == 1 and not book.multi_node(gangs[j]):
+            on_node.setdefault(where[0][0], []).append(j)
+    for j in _new_order(book, gangs, (j for j in gangs if j not in shares)):
+        g = gangs[j]
+        if book.multi_node(g) or book.free_gpus < g:
+            continue
+        best: tuple[tuple[int, int, int], str, list[int]] | None = None
+        for index, node in enumerate(book.nodes):
+            free = book.free_on(node.name)
+            if node.gpus < g or free == 0:
+                continue
+            evict: list[int] = []
+            for k in sorted(on_node.get(node.name, ()), key=lambda k: (k in running, -gangs[k], k)):
+                if free >= g:
+                    break
+                evict.append(k)
+                free += gangs[k]
+            cost = (sum(k in running for k in evict), sum(gangs[k] for k in evict), index)
+            if free >= g and (best is None or cost < best[0]):
+                best = (cost, node.name, evict)
+        if best is None:
+            continue
+        _, name, evict = best
+        for k in evict:
+            book.release(shares.pop(k))
+            on_node[name].remove(k)
+        book.take_at(((name, g),))
+        shares[j] = ((name, g),)
+        on_node.setdefault(name, []).append(j)
+        for k in _new_order(book, gangs, evict):
+            got = book.take(gangs[k])
+            if got is not None:
+                shares[k] = got
+                on_node.setdefault(got[0][0], []).append(k)
+    return book, shares
+
+
 def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int, NodeShares]
             ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4: the whole plan by rule 3, running jobs preferring their own node, other jobs
@@ -206,14 +277,19 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
         raise ValueError(f"jobs {bad} have no GPUs to place")
     book, shares = _place_keeping(nodes, gangs, running)
     if len(shares) < len(gangs):
-        book2, shares2 = _repack(nodes, gangs, running)
-        if sum(gangs[j] for j in shares2) > sum(gangs[j] for j in shares):
-            book, shares = book2, shares2
+        tries = [(book, shares), _displace(nodes, gangs, running, shares),
+                 _repack(nodes, gangs, running)]
+        book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),
+                                                 len(_moved(t[1], running))))
     unplaced = tuple(sorted(set(gangs) - set(shares)))
     kept = _keep_running(book, shares, running, gangs, sum(gangs[j] for j in unplaced))
-    moved = tuple(sorted(j for j in shares if j in running and j not in kept
-                         and tuple(running[j]) != shares[j]))
+    moved = _moved(shares, running)
     return Placement(shares, unplaced, kept, moved)
+
+
+def _moved(shares: Mapping[int, NodeShares], running: Mapping[int, NodeShares]
+           ) -> tuple[int, ...]:
+    return tuple(sorted(j for j in shares if j in running and tuple(running[j]) != shares[j]))
 
 
 def _keep_running(book: NodeBook, shares: dict[int, NodeShares],
