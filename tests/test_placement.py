@@ -217,3 +217,25 @@ def test_bad_cluster_shapes_are_named(text: str, error: str) -> None:
 def test_cluster_shapes_name_their_nodes_in_order() -> None:
     nodes = parse_cluster_shape("1x8, 2x4")
     assert [(n.name, n.gpus) for n in nodes] == [("node01", 8), ("node02", 4), ("node03", 4)]
+
+
+def test_a_left_over_gang_displaces_the_fewest_running_jobs() -> None:
+    # node01 runs job 1 (1 GPU), node02 runs jobs 2, 3 and 4 (1 GPU each): a 4-GPU gang takes
+    # node01 and job 1 moves to node02's last GPU; nobody else moves
+    running = {1: (("node01", 1),), 2: (("node02", 1),), 3: (("node02", 1),),
+               4: (("node02", 1),)}
+    result = place(parse_cluster_shape("2x4"), {1: 1, 2: 1, 3: 1, 4: 1, 5: 4}, running)
+    assert not result.unplaced and result.moved == (1,)
+    assert result.shares[5] == (("node01", 4),) and result.shares[1] == (("node02", 1),)
+
+
+def test_release_gives_back_what_take_took() -> None:
+    book = NodeBook(parse_cluster_shape("3x4"))
+    whole = book.take(6)
+    single = book.take(3)
+    assert whole == (("node01", 4), ("node02", 2)) and book.free_gpus == 1
+    assert not book.can_take(2)
+    book.release(whole)
+    assert book.free_gpus == 9 and book.can_take(6) and book.take_at(whole)
+    book.release(single)
+    assert book.free_on("node03") == 4
