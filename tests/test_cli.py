@@ -73,7 +73,7 @@ def test_simulate_on_nodes(tmp_path) -> None:
     result = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--cluster", "2x4",
                                       "--no-progress", "--json", str(out)])
     assert result.exit_code == 0, result.output
-    assert "8 GPUs (2x4 nodes x GPUs)" in result.output
+    assert "8 GPUs on nodes 2x4," in result.output
     data = json.loads(out.read_text())
     assert data["cluster"] == "2x4" and data["gpus"] == 8
     pooled = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--gpus", "8",

@@ -182,7 +182,7 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
                     bar.close()
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    shape = f" ({cluster_shape.replace(' ', '')} nodes x GPUs)" if nodes else ""
+    shape = f" on nodes {cluster_shape.replace(' ', '')}" if nodes else ""
     click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"
