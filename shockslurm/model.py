@@ -22,7 +22,7 @@ NodeShares = tuple[tuple[str, int], ...]
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the cluster: its name and its GPUs (`gpu_type` is reserved for mixed
+    """One node of the cluster: its name and its GPUs (`gpu_type` is there for mixed
     clusters; placement does not read it yet)."""
 
     name: str
@@ -174,9 +174,11 @@ class JobView:
 class Snapshot:
     """The cluster as a policy sees it at a round boundary.
 
-    `nodes` are the cluster's nodes (their GPUs sum to `gpus`); empty means no node information,
-    one pool of `gpus` GPUs where any gang up to `gpus` fits. `placements` says where each job
-    that holds GPUs now sits (jobs not in it hold none).
+    `gpus` is what policies plan with. `nodes` are the cluster's nodes (their GPUs, less
+    `reserved`, sum to `gpus`); empty means no node information, one pool of `gpus` GPUs where any
+    gang up to `gpus` fits. `placements` says where each job
+    that holds GPUs now sits (jobs not in it hold none); `reserved` the GPUs per node that jobs
+    outside the snapshot hold (another partition's, unmanaged ones).
     """
 
     now: float
@@ -187,6 +189,7 @@ class Snapshot:
     restart_overhead_s: float = 0.0
     nodes: tuple[Node, ...] = ()
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
+    reserved: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cluster_nodes(self) -> tuple[Node, ...]:

@@ -28,7 +28,8 @@ def cases(draw):
     gang = st.one_of(st.integers(1, min(4, total)), st.integers(1, total))
     jobs = draw(st.lists(gang, min_size=0, max_size=16))
     gangs = dict(enumerate(jobs))
-    book = NodeBook(nodes)
+    reserved = {n.name: r for n in nodes if (r := draw(st.sampled_from([0, 0, 0, 1, n.gpus])))}
+    book = NodeBook(nodes, reserved)
     running = {}
     for j, g in gangs.items():
         if not draw(st.booleans()):
@@ -43,13 +44,13 @@ def cases(draw):
         if got is not None:
             running[j] = got
     plan = {j: g for j, g in gangs.items() if draw(st.booleans())}
-    return nodes, plan, running
+    return nodes, plan, running, reserved
 
 
-def _check_capacity_and_shape(nodes, gangs, result: Placement) -> None:
+def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement) -> None:
     cap = {n.name: n.gpus for n in nodes}
     largest = max(cap.values())
-    used = {n: 0 for n in cap}
+    used = {n: reserved.get(n, 0) for n in cap}
     owners: dict[str, set[int]] = {n: set() for n in cap}
     for j, shares in result.shares.items():
         assert sum(g for _, g in shares) == gangs[j], f"gang of job {j} not whole"
@@ -72,10 +73,10 @@ def _check_capacity_and_shape(nodes, gangs, result: Placement) -> None:
 @PROPS
 @given(cases())
 def test_placement_respects_nodes_and_gangs(case) -> None:
-    nodes, plan, running = case
-    result = place(nodes, plan, running)
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
     gangs = {**{j: sum(g for _, g in s) for j, s in running.items()}, **plan}
-    _check_capacity_and_shape(nodes, gangs, result)
+    _check_capacity_and_shape(nodes, gangs, reserved, result)
     # every planned job is placed or reported unplaced; only running jobs are kept beside them
     assert set(result.shares) | set(result.unplaced) == set(plan) | set(result.kept)
     assert not set(result.unplaced) & set(result.shares)
@@ -89,9 +90,9 @@ def test_placement_respects_nodes_and_gangs(case) -> None:
 @PROPS
 @given(cases())
 def test_nothing_left_unplaced_that_still_fits(case) -> None:
-    nodes, plan, running = case
-    result = place(nodes, plan, running)
-    book = NodeBook(nodes)
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
+    book = NodeBook(nodes, reserved)
     for j, shares in result.shares.items():
         assert book.take_at(shares)
     for j in result.unplaced:
@@ -101,8 +102,8 @@ def test_nothing_left_unplaced_that_still_fits(case) -> None:
 @PROPS
 @given(cases())
 def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
-    nodes, plan, running = case
-    result = place(nodes, plan, running)
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
     for j in result.kept:
         assert result.shares[j] == running[j]
     assert set(result.moved) <= set(plan) & set(running)
@@ -111,22 +112,23 @@ def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
             assert result.shares[j] == running[j]
     if result.moved:
         # a move happens only when keeping everyone in place would leave planned GPUs unplaced
-        _, stay = _place_keeping(nodes, plan, running)
+        _, stay = _place_keeping(nodes, plan, running, reserved)
         assert sum(plan[j] for j in stay) < sum(plan[j] for j in result.shares if j in plan)
     # a plan of exactly the running jobs stays put
-    same = place(nodes, {j: sum(g for _, g in s) for j, s in running.items()}, running)
+    same = place(nodes, {j: sum(g for _, g in s) for j, s in running.items()}, running,
+                 reserved)
     assert dict(same.shares) == running and not same.moved and not same.unplaced
 
 
 @PROPS
 @given(cases(), st.randoms(use_true_random=False))
 def test_placement_is_deterministic(case, rnd) -> None:
-    nodes, plan, running = case
-    first = place(nodes, plan, running)
+    nodes, plan, running, reserved = case
+    first = place(nodes, plan, running, reserved)
     items, where = list(plan.items()), list(running.items())
     rnd.shuffle(items)
     rnd.shuffle(where)
-    again = place(nodes, dict(items), dict(where))
+    again = place(nodes, dict(items), dict(where), reserved)
     assert dict(again.shares) == dict(first.shares)
     assert (again.unplaced, again.kept, again.moved) == (first.unplaced, first.kept, first.moved)
 
@@ -227,6 +229,18 @@ def test_a_left_over_gang_displaces_the_fewest_running_jobs() -> None:
     result = place(parse_cluster_shape("2x4"), {1: 1, 2: 1, 3: 1, 4: 1, 5: 4}, running)
     assert not result.unplaced and result.moved == (1,)
     assert result.shares[5] == (("node01", 4),) and result.shares[1] == (("node02", 1),)
+
+
+def test_reserved_gpus_are_never_placed_on() -> None:
+    # another partition's job holds 1 GPU of node01: the 4-GPU gang goes to node02, and a
+    # second 4-GPU gang finds no whole node, nor may a multi-node gang count node01 as whole
+    nodes = parse_cluster_shape("2x4")
+    result = place(nodes, {1: 4, 2: 4}, reserved={"node01": 1})
+    assert result.shares == {1: (("node02", 4),)} and result.unplaced == (2,)
+    assert place(parse_cluster_shape("3x4"), {1: 8}, reserved={"node01": 1}).shares == {
+        1: (("node02", 4), ("node03", 4))}
+    with pytest.raises(ValueError, match="unknown node 'node09'"):
+        place(nodes, {1: 1}, reserved={"node09": 1})
 
 
 def test_release_gives_back_what_take_took() -> None:

@@ -239,7 +239,7 @@ class Shockwave:
         """The plan's jobs that can be placed (running ones where they run), then idle GPUs to
         others in `key` order while a gang can still be placed."""
         gang = {v.job_id: v.gang_size for v in snap.jobs}
-        book = NodeBook(snap.cluster_nodes)
+        book = NodeBook(snap.cluster_nodes, snap.reserved)
         run = []
         for j in chosen:                      # the plan first (trimmed if it overflows)
             where = snap.placements.get(j)
