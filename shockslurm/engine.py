@@ -1,6 +1,7 @@
 """The round loop: one loop for the simulator and the live daemon.
 
-Each round the loop observes the cluster, asks the policy for a plan, checks it, enacts it and
+Each round the loop observes the cluster, asks the policy for a plan, checks it, places it on the
+cluster's nodes (`placement.place_plan`: jobs that cannot be placed leave the plan), enacts it and
 tells its observers. What differs between the two worlds is behind two small protocols:
 
 - `Cluster`: the simulated cluster advances jobs itself when the clock moves; the Slurm cluster
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 from .model import RoundPlan, Snapshot, check_plan
+from .placement import place_plan
 
 
 class Clock(Protocol):
@@ -62,7 +64,8 @@ class Cluster(Protocol):
         """The active jobs at `now` (arrived, not finished), after time has passed up to `now`."""
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
-        """Make the plan's jobs, and only them, hold their GPUs from now on."""
+        """Make the plan's jobs, and only them, hold their GPUs from now on (on the nodes of
+        `plan.placement`)."""
 
     def finished(self) -> bool:
         """True when no job will ever need the cluster again (a simulation's end)."""
@@ -113,6 +116,7 @@ class RoundLoop:
         plan = self.policy.allocate(snapshot)
         solve_s = time.perf_counter() - t0
         check_plan(plan, snapshot)
+        plan = place_plan(plan, snapshot)
         self.cluster.enact(plan, snapshot)
         self.stats.rounds += 1
         self.stats.solve_s += solve_s

@@ -9,11 +9,68 @@ second of exclusive run on its whole gang at its current batch size.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 ADAPTATION_MODES = ("static", "gns", "accordion")
 MAX_EPOCHS = 1_000_000   # a job spec is a per-epoch list: bound it before building one
+
+# Where one job's gang sits: (node name, GPUs it uses there) per node, in node order.
+NodeShares = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the cluster: its name and its GPUs (`gpu_type` is there for mixed
+    clusters; placement does not read it yet)."""
+
+    name: str
+    gpus: int
+    gpu_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus <= 0:
+            raise ValueError(f"node {self.name!r} needs at least one GPU, got {self.gpus}")
+
+
+def pool(gpus: int) -> tuple[Node, ...]:
+    """One pool of `gpus` GPUs: a single node, so that any gang up to `gpus` fits."""
+    return (Node("pool", gpus),)
+
+
+_SHAPE_GROUP = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+
+
+def parse_cluster_shape(text: str) -> tuple[Node, ...]:
+    """Nodes from `NODESxGPUS[,NODESxGPUS...]`, e.g. `4x8` or `2x8,4x4`; nodes are named
+    `node01`, `node02`, ... in the order given. Raises ValueError naming the bad group."""
+    nodes: list[Node] = []
+    for group in text.split(","):
+        m = _SHAPE_GROUP.match(group)
+        if m is None:
+            raise ValueError(f"bad cluster group {group.strip()!r}: expected NODESxGPUS_PER_NODE, "
+                             "e.g. 4x8 (several separated by commas)")
+        count, gpus = int(m.group(1)), int(m.group(2))
+        if count <= 0 or gpus <= 0:
+            raise ValueError(f"bad cluster group {group.strip()!r}: nodes and GPUs per node "
+                             "must be positive")
+        first = len(nodes) + 1
+        nodes.extend(Node(f"node{first + i:02d}", gpus) for i in range(count))
+    if len(nodes) > 100_000:
+        raise ValueError(f"cluster {text!r} has more than 100,000 nodes")
+    return tuple(nodes)
+
+
+def cluster_shape(nodes: Sequence[Node]) -> str:
+    """The inverse of `parse_cluster_shape` (consecutive nodes of one size grouped): `4x8`."""
+    groups: list[list[int]] = []
+    for n in nodes:
+        if groups and groups[-1][1] == n.gpus:
+            groups[-1][0] += 1
+        else:
+            groups.append([1, n.gpus])
+    return ",".join(f"{c}x{g}" for c, g in groups)
 
 
 @dataclass(frozen=True)
@@ -115,7 +172,14 @@ class JobView:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The cluster as a policy sees it at a round boundary."""
+    """The cluster as a policy sees it at a round boundary.
+
+    `gpus` is what policies plan with. `nodes` are the cluster's nodes (their GPUs, less
+    `reserved`, sum to `gpus`); empty means no node information, one pool of `gpus` GPUs where any
+    gang up to `gpus` fits. `placements` says where each job
+    that holds GPUs now sits (jobs not in it hold none); `reserved` the GPUs per node that jobs
+    outside the snapshot hold (another partition's, unmanaged ones).
+    """
 
     now: float
     round_index: int
@@ -123,6 +187,14 @@ class Snapshot:
     gpus: int
     jobs: tuple[JobView, ...]
     restart_overhead_s: float = 0.0
+    nodes: tuple[Node, ...] = ()
+    placements: Mapping[int, NodeShares] = field(default_factory=dict)
+    reserved: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def cluster_nodes(self) -> tuple[Node, ...]:
+        """The nodes, or one pool of `gpus` GPUs when the snapshot names none."""
+        return self.nodes or pool(self.gpus)
 
     def job(self, job_id: int) -> JobView:
         for j in self.jobs:
@@ -136,10 +208,13 @@ class RoundPlan:
     """A policy's answer: the jobs that hold their whole gang for the coming round.
 
     `info` carries policy diagnostics (solve time, status, objective) for logs and the store.
+    `placement` says where each job of `run` sits once the round loop has placed the plan on
+    the snapshot's nodes (`placement.place_plan`); empty in a policy's own answer.
     """
 
     run: frozenset[int]
     info: Mapping[str, object] = field(default_factory=dict)
+    placement: Mapping[int, NodeShares] = field(default_factory=dict)
 
     def gpus_used(self, snapshot: Snapshot) -> int:
         sizes = {j.job_id: j.gang_size for j in snapshot.jobs}

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from click.testing import CliRunner
 
 from shockslurm.cli.main import cli
@@ -64,3 +66,51 @@ def test_gavel_quirks_can_be_turned_off_for_the_baselines(tmp_path) -> None:
     assert "re-solve every 1000 s, new jobs wait for it" in runs["gavel"][0]
     assert "re-solve every 0 s" in runs["eager"][0] and "wait" not in runs["eager"][0]
     assert runs["eager"][1]["avg_jct_s"] < runs["gavel"][1]["avg_jct_s"]
+
+
+def test_simulate_on_nodes(tmp_path) -> None:
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--cluster", "2x4",
+                                      "--no-progress", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "8 GPUs on nodes 2x4," in result.output
+    data = json.loads(out.read_text())
+    assert data["cluster"] == "2x4" and data["gpus"] == 8
+    pooled = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--gpus", "8",
+                                      "--no-progress", "--json", str(out)])
+    assert pooled.exit_code == 0 and json.loads(out.read_text())["cluster"] == "pool"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cluster", "4x"], "Invalid value for --cluster: bad cluster group '4x'"),
+    (["--cluster", "2x0"], "Invalid value for --cluster"),
+    (["--cluster", "2x4", "--gpus", "8"], "either --gpus (one pool) or --cluster"),
+])
+def test_bad_cluster_is_named(args, message) -> None:
+    result = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", *args])
+    assert result.exit_code == 2 and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_switch_cost_bench_prints_medians(tmp_path) -> None:
+    runner = CliRunner()
+    traces = []
+    for seed in (1, 2, 3):
+        trace = tmp_path / f"w{seed}.jsonl"
+        assert runner.invoke(cli, ["trace", "generate", "--jobs", "8", "--seed", str(seed),
+                                   "--out", str(trace)]).exit_code == 0
+        traces += ["--trace", str(trace)]
+    out = tmp_path / "s.json"
+    result = runner.invoke(cli, ["bench", "switch-cost", *traces, "--cluster", "2x4",
+                                 "--restart-overhead", "0,120", "--policy", "fifo",
+                                 "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| fifo | 0 |" in result.output and "| fifo | 120 |" in result.output
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 6 and [m["workloads"] for m in data["medians"]] == [3, 3]
+    cheap, dear = data["medians"]
+    spans = sorted(r["makespan_s"] for r in data["runs"] if r["restart_overhead_s"] == 0)
+    assert cheap["makespan_s"] == spans[1]            # the median of three
+    assert dear["makespan_s"] >= cheap["makespan_s"]  # switches only cost time
+    bad = runner.invoke(cli, ["bench", "switch-cost", "--restart-overhead", "x"])
+    assert bad.exit_code == 2 and "--restart-overhead" in bad.output

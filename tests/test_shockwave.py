@@ -146,3 +146,30 @@ def test_identical_jobs_get_a_full_plan_from_the_mip_budget():
     check_plan(plan, snap)
     with pytest.raises(ValueError, match="mip_time_limit_s"):
         ShockwaveConfig(mip_time_limit_s=0)
+
+
+def test_pack_plans_no_round_beyond_what_the_nodes_can_place():
+    from shockslurm.model import parse_cluster_shape
+    from shockslurm.placement import place
+
+    nodes = parse_cluster_shape("2x4")
+    gang = {1: 3, 2: 3, 3: 2}
+    plan = pack([1, 2, 3], {1: 2, 2: 2, 3: 2}, gang, gpus=8, horizon=3, nodes=nodes)
+    # job 3 finds room only in the last round: it loses one of its two rounds
+    assert [sorted(r) for r in plan] == [[1, 2], [1, 2], [3]]
+    for r in plan:
+        assert not place(nodes, {j: gang[j] for j in r}).unplaced
+    # one pool of 8 would have packed all three into each of the first two rounds
+    assert [sorted(r) for r in pack([1, 2, 3], {1: 2, 2: 2, 3: 2}, gang, 8, 3)] == \
+        [[1, 2, 3], [1, 2, 3], []]
+
+
+def test_shockwave_on_nodes_plans_only_what_can_be_placed():
+    from shockslurm.model import parse_cluster_shape
+    from shockslurm.placement import place_plan
+
+    snap = dataclasses.replace(synthetic_snapshot(40, 16, seed=4),
+                               nodes=parse_cluster_shape("4x4"))
+    plan = Shockwave().allocate(snap)
+    placed = place_plan(plan, snap)
+    assert placed.run == plan.run and "unplaced" not in placed.info

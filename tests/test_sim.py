@@ -128,3 +128,44 @@ def test_reference_gate_leaves_new_jobs_idle() -> None:
     assert _outcome(gated, 2).completion_s == pytest.approx(1200 + 120 + 120 + 20)
     idle = [r.info.get("idle_unallocated_gpus", 0) for r in gated.rounds]
     assert max(idle) == 1
+
+
+def test_fragmentation_on_nodes_costs_simulated_time() -> None:
+    # Gangs of 3, 3 and 2 on 8 GPUs: one pool runs all three at once; two nodes of 4 cannot
+    # hold two gangs of 3 beside a gang of 2 (each node keeps 1 GPU free), so the 2-GPU job
+    # waits for a node, its GPUs idle meanwhile.
+    from shockslurm.model import parse_cluster_shape
+
+    jobs = [make_spec(j, epochs=2, bs=10, samples=1200, ips=1.0, gang=g)
+            for j, g in enumerate((3, 3, 2))]
+    pool = simulate(jobs, "fifo", SimConfig(gpus=8, restart_overhead_s=0))
+    nodes = simulate(jobs, "fifo", SimConfig.for_nodes(parse_cluster_shape("2x4"),
+                                                       restart_overhead_s=0))
+    assert pool.metrics.makespan_s == pytest.approx(240.0)
+    assert nodes.metrics.makespan_s == pytest.approx(480.0)
+    assert _outcome(nodes, 2).completion_s == pytest.approx(480.0)
+    assert nodes.rounds[0].run == (0, 1) and nodes.rounds[0].info["unplaced"] == [2]
+    assert nodes.metrics.utilization < pool.metrics.utilization
+    assert nodes.as_dict()["cluster"] == "2x4" and pool.as_dict()["cluster"] == "pool"
+
+
+def test_a_job_moved_to_another_node_pays_the_restart_overhead() -> None:
+    from shockslurm.model import parse_cluster_shape
+    from shockslurm.sim.cluster import SimulatedCluster
+
+    jobs = [make_spec(j, epochs=4, bs=10, samples=1200, ips=1.0, gang=2) for j in (1, 2)]
+    jobs.append(make_spec(3, epochs=4, bs=10, samples=1200, ips=1.0, gang=4))
+    cluster = SimulatedCluster(8, jobs, restart_overhead_s=20.0,
+                               nodes=parse_cluster_shape("2x4"))
+    where = {1: (("node01", 2),), 2: (("node02", 2),)}
+    for rnd in range(3):   # round 0 and 1: jobs 1 and 2 on separate nodes; round 2: job 3 too
+        snap = cluster.observe(rnd * 120.0)
+        if rnd < 2:
+            cluster.enact(RoundPlan(frozenset(where), placement=where), snap)
+        else:
+            assert snap.placements == where
+            cluster.enact(RoundPlan(frozenset({1, 2, 3})), snap)   # placed by the cluster
+    cluster.observe(360.0)
+    # one of the two 2-GPU jobs moved to make room for the 4-GPU gang: it lost 20 s of round 2
+    done = sorted(cluster.sim_jobs[j].iterations_done for j in (1, 2))
+    assert done == [340, 360]

@@ -10,7 +10,8 @@ import click
 
 @click.group("bench")
 def bench_group() -> None:
-    """Benchmarks; each prints its results as JSON."""
+    """Benchmarks; each prints its results as JSON (switch-cost: a Markdown table, JSON with
+    --json)."""
 
 
 @bench_group.command("solver")

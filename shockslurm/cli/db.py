@@ -60,7 +60,8 @@ def record_simulation(url: str, jobs: Sequence[JobSpec], results: Sequence[SimRe
             with Session(engine) as session, session.begin():
                 cfg = result.config
                 run = repo.add_run(session, policy=result.policy, kind="sim", cluster="sim",
-                                   config={"gpus": cfg.gpus, "round_s": cfg.round_s,
+                                   config={"gpus": cfg.gpus, "nodes": cfg.cluster,
+                                           "round_s": cfg.round_s,
                                            "restart_overhead_s": cfg.restart_overhead_s,
                                            "adaptation": cfg.adaptation, "jobs": len(jobs)})
                 by_id = {spec.job_id: repo.add_job_spec(session, run, spec) for spec in jobs}

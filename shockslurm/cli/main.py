@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from ..errors import ShockslurmError
-from ..model import JobSpec
+from ..model import JobSpec, Node, parse_cluster_shape
 from ..policies import REGISTRY, policy_names
 from ..sim.jobs import ADAPTATION_MODES
 from ..sim.run import SimConfig, SimResult, simulate
@@ -20,6 +20,7 @@ from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs, write_jobs
 from ..workload.reference import load_reference_workload
 from .bench import bench_group
+from .bench_switch import switch_cost_cmd
 from .config import config_group
 from .daemon import daemon_cmd
 from .db import DB_HELP, db_group, record_simulation
@@ -79,6 +80,18 @@ def _policies(value: str) -> list[str]:
     return names
 
 
+def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
+    """`--cluster` as nodes (empty without it: `--gpus` is one pool)."""
+    if shape is None:
+        return ()
+    if gpus is not None:
+        raise click.UsageError("give either --gpus (one pool) or --cluster (nodes), not both")
+    try:
+        return parse_cluster_shape(shape)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster") from None
+
+
 def format_table(results: list[SimResult]) -> str:
     rows = [[fmt.format(r.as_dict()[key]) for key, _, fmt in TABLE_COLUMNS] for r in results]
     heads = [title for _, title, _ in TABLE_COLUMNS]
@@ -99,6 +112,10 @@ def format_table(results: list[SimResult]) -> str:
                    "pattern follows our documented rules.")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
               help=f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
+@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS[,...]",
+              help="The cluster as nodes, e.g. 4x8 (4 nodes of 8 GPUs) or 2x8,4x4: plans are "
+                   "placed on nodes, so gangs that fit no node wait (instead of --gpus, which is "
+                   "one pool where any gang fits).")
 @click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
               help="Policy name, or several separated by commas to compare side by side.")
 @click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=120.0,
@@ -130,12 +147,13 @@ def format_table(results: list[SimResult]) -> str:
               default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
                                  "rho per policy) to this directory; the paths are printed.")
 def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | None,
-                 gpus: int | None, policy: str, round_seconds: float, restart_overhead: float,
+                 gpus: int | None, cluster_shape: str | None, policy: str, round_seconds: float, restart_overhead: float,
                  adaptation: str, resolve_interval: float, idle_new_jobs: bool,
                  json_out: Path | None, progress: bool, db_url: str | None,
                  plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
     names = _policies(policy)
+    nodes = _cluster(cluster_shape, gpus)
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
         try:
             open_store(db_url, create=True).dispose()
@@ -143,15 +161,17 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
             raise click.ClickException(str(exc)) from None
     try:
         jobs = _load_workload(trace, throughputs, profiles)
-        if gpus is None:
+        if nodes:
+            gpus = sum(n.gpus for n in nodes)
+        elif gpus is None:
             if trace is not None:
-                raise click.UsageError("--gpus is required with --trace")
+                raise click.UsageError("--gpus or --cluster is required with --trace")
             gpus = DEFAULT_GPUS
         if adaptation == "auto":
             adaptation = "reference" if trace is not None and not _is_jsonl(trace) else "profile"
         config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
                            adaptation=adaptation, min_resolve_interval_s=resolve_interval,
-                           idle_unallocated=idle_new_jobs)
+                           idle_unallocated=idle_new_jobs, nodes=nodes)
         results = []
         for name in names:
             bar = DelayedProgress(f"{name:>22}") if progress else None
@@ -162,7 +182,8 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
                     bar.close()
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{len(jobs)} jobs, {gpus} GPUs, {round_seconds:g} s rounds, "
+    shape = f" on nodes {cluster_shape.replace(' ', '')}" if nodes else ""
+    click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"
                f"{', new jobs wait for it' if idle_new_jobs else ''}")
@@ -221,6 +242,7 @@ def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Pa
     click.echo(f"wrote {len(specs)} jobs to {out}")
 
 
+bench_group.add_command(switch_cost_cmd)
 cli.add_command(bench_group)
 cli.add_command(config_group)
 cli.add_command(db_group)

@@ -12,6 +12,10 @@ comparable:
   round; the reference charges it only when the run is a (nearly) full round, i.e. longer than
   `round_s - 5`, by cutting iterations in proportion.
 - Jobs that arrive during a round join at the next round boundary.
+- Nodes: the cluster is `nodes` (one pool of `gpus` GPUs when none are given); a round runs only
+  the jobs the plan placed (`placement.place_plan`, done by the round loop, or here for a plan
+  that comes unplaced), so fragmentation costs simulated time. A job placed on other nodes than
+  it ran on in the previous round restarts: it pays the restart overhead like a resumed job.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..model import JobSpec, JobView, RoundPlan, Snapshot
+from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
+from ..placement import place_plan
 from .jobs import SimJob
 
 FULL_ROUND_SLACK_S = 5.0
@@ -39,6 +44,7 @@ class SimulatedCluster:
     round_s: float = 120.0
     restart_overhead_s: float = 20.0
     adaptation: str = "profile"
+    nodes: tuple[Node, ...] = ()
     sim_jobs: dict[int, SimJob] = field(init=False)
     gpu_seconds_used: float = field(init=False, default=0.0)
     demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
@@ -46,6 +52,11 @@ class SimulatedCluster:
     def __post_init__(self) -> None:
         if self.gpus <= 0:
             raise ValueError("the cluster needs at least one GPU")
+        if not self.nodes:
+            self.nodes = pool(self.gpus)
+        if sum(n.gpus for n in self.nodes) != self.gpus:
+            raise ValueError(f"the nodes hold {sum(n.gpus for n in self.nodes)} GPUs, "
+                             f"not {self.gpus}")
         too_big = [j.job_id for j in self.jobs if j.gang_size > self.gpus]
         if too_big:
             raise ValueError(f"jobs {too_big} need more GPUs than the cluster has ({self.gpus})")
@@ -55,6 +66,8 @@ class SimulatedCluster:
         self._running: list[Dispatch] = []
         self._round_start = 0.0
         self._previous: frozenset[int] = frozenset()   # jobs dispatched in the previous round
+        self._where: dict[int, NodeShares] = {}         # their nodes
+        self._moved: frozenset[int] = frozenset()       # dispatched now on other nodes than then
         self._rounds_dispatched = 0
 
     # ------------------------------------------------------------------ Cluster protocol
@@ -67,11 +80,18 @@ class SimulatedCluster:
             self._active[spec.job_id] = self.sim_jobs[spec.job_id]
         self.demand_timeline.append((now, sum(j.spec.gang_size for j in self._active.values())))
         views = tuple(self._view(j) for j in self._active.values())
+        placements = {j: s for j, s in self._where.items() if j in self._active}
         return Snapshot(now=now, round_index=self._rounds_dispatched, round_s=self.round_s,
-                        gpus=self.gpus, jobs=views, restart_overhead_s=self.restart_overhead_s)
+                        gpus=self.gpus, jobs=views, restart_overhead_s=self.restart_overhead_s,
+                        nodes=self.nodes, placements=placements)
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
+        if set(plan.placement) != set(plan.run):
+            plan = place_plan(plan, snapshot)
+        self._moved = frozenset(j for j in plan.run if j in self._previous
+                                and self._where.get(j) != plan.placement[j])
+        self._where = {j: tuple(plan.placement[j]) for j in plan.run}
         self._round_start = now
         self._running = []
         for job_id in sorted(plan.run):
@@ -99,7 +119,8 @@ class SimulatedCluster:
             job = self._active[d.job_id]
             exec_s = d.finish_s - self._round_start
             iterations = d.iterations
-            restarted = d.job_id not in self._previous and not first_round
+            restarted = ((d.job_id not in self._previous or d.job_id in self._moved)
+                         and not first_round)
             if restarted and exec_s > self.round_s - FULL_ROUND_SLACK_S and self.restart_overhead_s:
                 factor = (exec_s - self.restart_overhead_s) / exec_s
                 iterations = int(iterations * factor)
@@ -112,6 +133,7 @@ class SimulatedCluster:
             self._previous = frozenset(d.job_id for d in self._running)
         else:
             self._previous = frozenset()
+        self._where = {j: s for j, s in self._where.items() if j in self._previous}
         self._running = []
 
     def _view(self, job: SimJob) -> JobView:

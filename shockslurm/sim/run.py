@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..engine import RoundLoop, VirtualClock
-from ..model import JobSpec, RoundPlan, Snapshot
+from ..model import JobSpec, Node, RoundPlan, Snapshot, cluster_shape
 from ..policies import PolicySettings, make_policy
 from .cluster import SimulatedCluster
 from .metrics import JobOutcome, RunMetrics, compute_metrics
@@ -15,16 +15,32 @@ from .metrics import JobOutcome, RunMetrics, compute_metrics
 
 @dataclass(frozen=True)
 class SimConfig:
+    """`gpus` is one pool unless `nodes` (whose GPUs sum to `gpus`) say how they are split;
+    `SimConfig.for_nodes` fills `gpus` in."""
+
     gpus: int
     round_s: float = 120.0
     restart_overhead_s: float = 20.0
     adaptation: str = "profile"
     min_resolve_interval_s: float = 1000.0
     idle_unallocated: bool = True
+    nodes: tuple[Node, ...] = ()
+
+    @classmethod
+    def for_nodes(cls, nodes: tuple[Node, ...], **kwargs) -> "SimConfig":
+        return cls(gpus=sum(n.gpus for n in nodes), nodes=tuple(nodes), **kwargs)
+
+    @property
+    def cluster(self) -> str:
+        """`4x8`-style shape, or `pool` for a plain GPU count."""
+        return cluster_shape(self.nodes) if self.nodes else "pool"
 
     def __post_init__(self) -> None:
         if self.gpus <= 0:
             raise ValueError(f"gpus must be positive, got {self.gpus}")
+        if self.nodes and sum(n.gpus for n in self.nodes) != self.gpus:
+            raise ValueError(f"the nodes hold {sum(n.gpus for n in self.nodes)} GPUs, "
+                             f"not gpus={self.gpus}")
         if self.round_s <= 0:
             raise ValueError(f"round_s must be positive, got {self.round_s}")
         if self.restart_overhead_s < 0:
@@ -60,6 +76,7 @@ class SimResult:
     def as_dict(self) -> dict:
         out = {"policy": self.policy, **self.metrics.as_dict(), "sim_wall_s": self.sim_wall_s,
                "solve_s": self.solve_s, "rounds": len(self.rounds), "gpus": self.config.gpus,
+               "cluster": self.config.cluster,
                "round_s": self.config.round_s, "adaptation": self.config.adaptation,
                "restart_overhead_s": self.config.restart_overhead_s,
                "batch_size_changes": self.batch_size_changes}
@@ -91,7 +108,7 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
     t0 = time.perf_counter()
     cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
                                restart_overhead_s=config.restart_overhead_s,
-                               adaptation=config.adaptation)
+                               adaptation=config.adaptation, nodes=config.nodes)
     settings = PolicySettings(round_s=config.round_s,
                               min_resolve_interval_s=config.min_resolve_interval_s,
                               idle_unallocated=config.idle_unallocated)

@@ -13,12 +13,14 @@ Per round (`allocate`):
    bounds; if infeasible (or no solution in time), the relaxed market with priorities
    `min(cap, rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish within a
    round). "now" is the snapshot's clock (the reference uses round count x L).
-4. The chosen rounds per job are packed into the window's rounds (`pack`): jobs behind target
+4. The chosen rounds per job are packed into the window's rounds (`pack`, each round holding only
+   what `placement` can place on the snapshot's nodes): jobs behind target
    that cannot fit beside the jobs planned for every round first, then those, then highest
    priority (then highest rho), each job on the earliest block of consecutive rounds with room for
    its gang, else on the earliest rounds with room (jobs that do not fit lose rounds).
-5. Work conservation for the round about to run: idle GPUs go to unscheduled jobs, longest
-   forecast remaining time first, first fit.
+5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
+   (running jobs where they run; a job that cannot be placed is trimmed), then idle GPUs go to
+   unscheduled jobs, longest forecast remaining time first, first that can be placed.
 If the solver yields nothing in time the planner replays the last plan (finished jobs dropped)
 or, without one, schedules greedily by fairness ratio; it logs a warning either way.
 """
@@ -27,11 +29,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Sequence
 
 import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
-from ...model import RoundPlan, Snapshot
+from ...model import Node, RoundPlan, Snapshot, pool
+from ...placement import NodeBook
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, solve_market
 
@@ -49,24 +53,26 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
 
 
 def pack(order: list[int], rounds: dict[int, int], gang: dict[int, int], gpus: int,
-         horizon: int) -> list[list[int]]:
+         horizon: int, nodes: Sequence[Node] = ()) -> list[list[int]]:
     """Place each job's rounds in the window, in `order`: the earliest block of consecutive rounds
-    with room, else the earliest rounds with room."""
-    cap = np.full(horizon, gpus, dtype=np.int64)
+    with room, else the earliest rounds with room. Room is what `placement` can still place in
+    the round on `nodes` (one pool of `gpus` without them), so no round holds more than can be
+    placed."""
+    books = [NodeBook(nodes or pool(gpus)) for _ in range(horizon)]
     plan: list[list[int]] = [[] for _ in range(horizon)]
     for j in order:
         n = min(int(rounds.get(j, 0)), horizon)
         if n <= 0:
             continue
-        ok = cap >= gang[j]
+        ok = np.fromiter((b.can_take(gang[j]) for b in books), dtype=bool, count=horizon)
         if n == horizon:
             slots = np.flatnonzero(ok)
         else:
             c = np.concatenate([[0], np.cumsum(ok)])
             full = np.flatnonzero(c[n:] - c[:-n] == n)
             slots = np.arange(full[0], full[0] + n) if len(full) else np.flatnonzero(ok)[:n]
-        cap[slots] -= gang[j]
         for t in slots:
+            books[int(t)].take(gang[j])
             plan[int(t)].append(j)
     return plan
 
@@ -209,7 +215,8 @@ class Shockwave:
                                                     -rho[i], ids[i]))
             rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
             self.plan = pack([ids[i] for i in order], rounds,
-                             {v.job_id: v.gang_size for v in views}, snap.gpus, T)
+                             {v.job_id: v.gang_size for v in views}, snap.gpus, T,
+                             nodes=snap.nodes)
             self.plan_round = snap.round_index
         else:
             status = f"fallback:{status}"
@@ -229,19 +236,22 @@ class Shockwave:
     # ------------------------------------------------------------------ work conservation
     @staticmethod
     def _fill(snap: Snapshot, chosen: list[int], key) -> list[int]:
+        """The plan's jobs that can be placed (running ones where they run), then idle GPUs to
+        others in `key` order while a gang can still be placed."""
         gang = {v.job_id: v.gang_size for v in snap.jobs}
-        run, used = [], 0
+        book = NodeBook(snap.cluster_nodes, snap.reserved)
+        run = []
         for j in chosen:                      # the plan first (trimmed if it overflows)
-            if used + gang[j] <= snap.gpus:
-                run.append(j); used += gang[j]
-        idle = snap.gpus - used
-        if idle > 0:
+            where = snap.placements.get(j)
+            if (where is not None and book.take_at(where)) or book.take(gang[j]) is not None:
+                run.append(j)
+        if book.free_gpus > 0:
             taken = set(run)
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
                             key=key)
             for j in others:
-                if gang[j] <= idle:
-                    run.append(j); idle -= gang[j]
-                if idle <= 0:
+                if book.take(gang[j], prefer=snap.placements.get(j)) is not None:
+                    run.append(j)
+                if book.free_gpus <= 0:
                     break
         return run

@@ -1,0 +1,45 @@
+"""How policies degrade as a switch costs more: one simulation per workload, policy and restart
+overhead, and the medians over workloads (`shockslurm bench switch-cost`).
+
+A switch is a job that runs after not running in the previous round, or on other nodes than it
+ran on (`sim.cluster`); it loses `restart_overhead_s` of its round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Callable, Sequence
+
+from ..model import JobSpec
+from .run import SimConfig, simulate
+
+SWEEP_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "utilization")
+
+
+def switch_cost_runs(workloads: Sequence[Sequence[JobSpec]], policies: Sequence[str],
+                     overheads: Sequence[float], base: SimConfig,
+                     progress: Callable[[str], None] | None = None) -> list[dict]:
+    """One row per (workload index, policy, restart overhead) with the run's `SWEEP_METRICS`."""
+    rows = []
+    for w, jobs in enumerate(workloads):
+        for overhead in overheads:
+            config = dataclasses.replace(base, restart_overhead_s=float(overhead))
+            for policy in policies:
+                if progress is not None:
+                    progress(f"workload {w + 1}/{len(workloads)}, {policy}, {overhead:g} s")
+                m = simulate(jobs, policy, config).as_dict()
+                rows.append({"workload": w, "policy": policy, "restart_overhead_s": overhead,
+                             **{k: m[k] for k in SWEEP_METRICS}})
+    return rows
+
+
+def median_table(rows: Sequence[dict]) -> list[dict]:
+    """Medians of `SWEEP_METRICS` over workloads per (policy, restart overhead), in first-seen
+    order."""
+    groups: dict[tuple[str, float], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["policy"], r["restart_overhead_s"]), []).append(r)
+    return [{"policy": p, "restart_overhead_s": o, "workloads": len(g),
+             **{k: statistics.median(r[k] for r in g) for k in SWEEP_METRICS}}
+            for (p, o), g in groups.items()]

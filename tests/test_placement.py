@@ -1,0 +1,255 @@
+"""Placement of plans on nodes: the module's rules as properties, plus hand-checked cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape, pool
+from shockslurm.placement import NodeBook, Placement, _place_keeping, place, place_plan
+
+from .conftest import make_view
+
+PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=300,
+                 suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def cases(draw):
+    """Nodes, a plan (job -> gang) and where jobs run now: an earlier plan's jobs each on a node
+    drawn among those with room (multi-node gangs by `place`), so that the cluster could hold it
+    but is fragmented as a real one gets."""
+    sizes = draw(st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=6))
+    nodes = tuple(Node(f"n{i}", g) for i, g in enumerate(sizes))
+    total = sum(sizes)
+    gang = st.one_of(st.integers(1, min(4, total)), st.integers(1, total))
+    jobs = draw(st.lists(gang, min_size=0, max_size=16))
+    gangs = dict(enumerate(jobs))
+    reserved = {n.name: r for n in nodes if (r := draw(st.sampled_from([0, 0, 0, 1, n.gpus])))}
+    book = NodeBook(nodes, reserved)
+    running = {}
+    for j, g in gangs.items():
+        if not draw(st.booleans()):
+            continue
+        if book.multi_node(g):
+            got = book.take(g)
+        else:
+            room = [n.name for n in nodes if book.free_on(n.name) >= g]
+            got = (((draw(st.sampled_from(room)), g),) if room else None)
+            if got is not None:
+                book.take_at(got)
+        if got is not None:
+            running[j] = got
+    plan = {j: g for j, g in gangs.items() if draw(st.booleans())}
+    return nodes, plan, running, reserved
+
+
+def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement) -> None:
+    cap = {n.name: n.gpus for n in nodes}
+    largest = max(cap.values())
+    used = {n: reserved.get(n, 0) for n in cap}
+    owners: dict[str, set[int]] = {n: set() for n in cap}
+    for j, shares in result.shares.items():
+        assert sum(g for _, g in shares) == gangs[j], f"gang of job {j} not whole"
+        assert len({n for n, _ in shares}) == len(shares)
+        multi = gangs[j] > largest
+        if not multi:
+            assert len(shares) == 1, f"job {j} fits one node but spans {shares}"
+        for n, g in shares:
+            assert g > 0
+            used[n] += cap[n] if multi else g
+            owners[n].add(j)
+    for n in cap:
+        assert used[n] <= cap[n], f"node {n} over capacity"
+    for j, shares in result.shares.items():
+        if gangs[j] > largest:
+            for n, _ in shares:
+                assert owners[n] == {j}, f"multi-node job {j} shares node {n}"
+
+
+@PROPS
+@given(cases())
+def test_placement_respects_nodes_and_gangs(case) -> None:
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
+    gangs = {**{j: sum(g for _, g in s) for j, s in running.items()}, **plan}
+    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    # every planned job is placed or reported unplaced; only running jobs are kept beside them
+    assert set(result.shares) | set(result.unplaced) == set(plan) | set(result.kept)
+    assert not set(result.unplaced) & set(result.shares)
+    assert set(result.kept) <= set(running) - set(plan)
+    if not result.unplaced:
+        assert not result.kept        # no unplaced job, so no stop to spare
+    # kept jobs use at most the GPUs the unplaced jobs would have taken
+    assert sum(gangs[j] for j in result.kept) <= sum(plan[j] for j in result.unplaced)
+
+
+@PROPS
+@given(cases())
+def test_nothing_left_unplaced_that_still_fits(case) -> None:
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
+    book = NodeBook(nodes, reserved)
+    for j, shares in result.shares.items():
+        assert book.take_at(shares)
+    for j in result.unplaced:
+        assert not book.can_take(plan[j]), f"job {j} was dropped but fits"
+
+
+@PROPS
+@given(cases())
+def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
+    nodes, plan, running, reserved = case
+    result = place(nodes, plan, running, reserved)
+    for j in result.kept:
+        assert result.shares[j] == running[j]
+    assert set(result.moved) <= set(plan) & set(running)
+    for j in set(plan) & set(running):
+        if j in result.shares and j not in result.moved:
+            assert result.shares[j] == running[j]
+    if result.moved:
+        # a move happens only when keeping everyone in place would leave planned GPUs unplaced
+        _, stay = _place_keeping(nodes, plan, running, reserved)
+        assert sum(plan[j] for j in stay) < sum(plan[j] for j in result.shares if j in plan)
+    # a plan of exactly the running jobs stays put
+    same = place(nodes, {j: sum(g for _, g in s) for j, s in running.items()}, running,
+                 reserved)
+    assert dict(same.shares) == running and not same.moved and not same.unplaced
+
+
+@PROPS
+@given(cases(), st.randoms(use_true_random=False))
+def test_placement_is_deterministic(case, rnd) -> None:
+    nodes, plan, running, reserved = case
+    first = place(nodes, plan, running, reserved)
+    items, where = list(plan.items()), list(running.items())
+    rnd.shuffle(items)
+    rnd.shuffle(where)
+    again = place(nodes, dict(items), dict(where), reserved)
+    assert dict(again.shares) == dict(first.shares)
+    assert (again.unplaced, again.kept, again.moved) == (first.unplaced, first.kept, first.moved)
+
+
+@PROPS
+@given(st.integers(1, 64), st.lists(st.integers(1, 64), max_size=20))
+def test_one_pool_places_every_plan_that_fits_its_gpus(gpus, sizes) -> None:
+    plan, used = {}, 0
+    for j, g in enumerate(sizes):
+        if used + g <= gpus:
+            plan[j] = g
+            used += g
+    result = place(pool(gpus), plan)
+    assert set(result.shares) == set(plan) and not result.unplaced
+
+
+def test_a_gang_of_16_on_4x8_takes_two_whole_nodes() -> None:
+    nodes = parse_cluster_shape("4x8")
+    result = place(nodes, {1: 16, 2: 4, 3: 12})
+    assert result.shares[1] == (("node01", 8), ("node02", 8))
+    # 12 GPUs: two whole nodes as well, the last one's 4 spare GPUs idle; job 2 finds no room
+    assert result.shares[3] == (("node03", 8), ("node04", 4))
+    assert result.unplaced == (2,)
+
+
+def test_best_fit_keeps_room_for_large_gangs() -> None:
+    result = place(parse_cluster_shape("2x4"), {1: 1, 2: 3, 3: 4})
+    assert result.shares == {3: (("node01", 4),), 2: (("node02", 3),), 1: (("node02", 1),)}
+
+
+def test_gangs_of_three_do_not_pack_two_per_node() -> None:
+    result = place(parse_cluster_shape("2x4"), {1: 3, 2: 3, 3: 2})
+    assert set(result.shares) == {1, 2} and result.unplaced == (3,)
+
+
+def test_a_running_job_outside_the_plan_keeps_its_gpus_when_its_successor_cannot_start() -> None:
+    # The plan stops job 9 (on node02) to start job 3 (2 GPUs), which fits no node: job 9 keeps
+    # running instead of leaving its GPU idle.
+    running = {1: (("node01", 3),), 2: (("node02", 3),), 9: (("node02", 1),)}
+    result = place(parse_cluster_shape("2x4"), {1: 3, 2: 3, 3: 2}, running)
+    assert result.unplaced == (3,) and result.kept == (9,)
+    assert result.shares[9] == (("node02", 1),)
+
+
+def test_running_jobs_move_only_when_that_places_more() -> None:
+    # jobs 1 and 2 (2 GPUs each) run on different nodes of 2x4; a 4-GPU job needs a whole node
+    running = {1: (("node01", 2),), 2: (("node02", 2),)}
+    result = place(parse_cluster_shape("2x4"), {1: 2, 2: 2, 3: 4}, running)
+    assert not result.unplaced and len(result.moved) == 1
+    (moved,) = result.moved
+    stayed = 3 - moved                 # the other 2-GPU job
+    home = running[stayed]
+    assert result.shares[stayed] == home and result.shares[moved] == ((home[0][0], 2),)
+    assert result.shares[3] == (("node02" if home[0][0] == "node01" else "node01", 4),)
+
+
+def test_place_plan_trims_the_plan_and_says_why() -> None:
+    views = tuple(make_view(j, gang=g) for j, g in ((1, 3), (2, 3), (3, 2)))
+    snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=views,
+                    nodes=parse_cluster_shape("2x4"))
+    placed = place_plan(RoundPlan(frozenset({1, 2, 3}), {"status": "ok"}), snap)
+    assert placed.run == frozenset({1, 2})
+    assert placed.info == {"status": "ok", "unplaced": [3]}
+    assert set(placed.placement) == {1, 2}
+    # without nodes the snapshot is one pool: the plan comes back whole, info untouched
+    plain = place_plan(RoundPlan(frozenset({1, 2}), {"status": "ok"}),
+                       Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=views))
+    assert plain.run == frozenset({1, 2}) and plain.info == {"status": "ok"}
+
+
+def test_thousands_of_jobs_on_a_thousand_nodes() -> None:
+    rnd = random.Random(3)
+    nodes = parse_cluster_shape("600x8,400x4")
+    gangs = {j: rnd.choice([1, 1, 2, 4, 8, 16]) for j in range(5000)}
+    result = place(nodes, gangs)
+    assert sum(gangs[j] for j in result.shares) <= sum(n.gpus for n in nodes)
+    assert len(result.shares) + len(result.unplaced) == len(gangs)
+
+
+@pytest.mark.parametrize("text, error", [
+    ("4x", "bad cluster group '4x'"), ("0x8", "must be positive"), ("2x8,,4x4", "bad cluster"),
+    ("eight", "bad cluster group 'eight'")])
+def test_bad_cluster_shapes_are_named(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_cluster_shape(text)
+
+
+def test_cluster_shapes_name_their_nodes_in_order() -> None:
+    nodes = parse_cluster_shape("1x8, 2x4")
+    assert [(n.name, n.gpus) for n in nodes] == [("node01", 8), ("node02", 4), ("node03", 4)]
+
+
+def test_a_left_over_gang_displaces_the_fewest_running_jobs() -> None:
+    # node01 runs job 1 (1 GPU), node02 runs jobs 2, 3 and 4 (1 GPU each): a 4-GPU gang takes
+    # node01 and job 1 moves to node02's last GPU; nobody else moves
+    running = {1: (("node01", 1),), 2: (("node02", 1),), 3: (("node02", 1),),
+               4: (("node02", 1),)}
+    result = place(parse_cluster_shape("2x4"), {1: 1, 2: 1, 3: 1, 4: 1, 5: 4}, running)
+    assert not result.unplaced and result.moved == (1,)
+    assert result.shares[5] == (("node01", 4),) and result.shares[1] == (("node02", 1),)
+
+
+def test_reserved_gpus_are_never_placed_on() -> None:
+    # another partition's job holds 1 GPU of node01: the 4-GPU gang goes to node02, and a
+    # second 4-GPU gang finds no whole node, nor may a multi-node gang count node01 as whole
+    nodes = parse_cluster_shape("2x4")
+    result = place(nodes, {1: 4, 2: 4}, reserved={"node01": 1})
+    assert result.shares == {1: (("node02", 4),)} and result.unplaced == (2,)
+    assert place(parse_cluster_shape("3x4"), {1: 8}, reserved={"node01": 1}).shares == {
+        1: (("node02", 4), ("node03", 4))}
+    with pytest.raises(ValueError, match="unknown node 'node09'"):
+        place(nodes, {1: 1}, reserved={"node09": 1})
+
+
+def test_release_gives_back_what_take_took() -> None:
+    book = NodeBook(parse_cluster_shape("3x4"))
+    whole = book.take(6)
+    single = book.take(3)
+    assert whole == (("node01", 4), ("node02", 2)) and book.free_gpus == 1
+    assert not book.can_take(2)
+    book.release(whole)
+    assert book.free_gpus == 9 and book.can_take(6) and book.take_at(whole)
+    book.release(single)
+    assert book.free_on("node03") == 4
