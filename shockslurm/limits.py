@@ -21,7 +21,7 @@ run-length encoded, `model.RunLength`, so even a capped epoch count costs O(1) p
 | reported samples/s | 0 .. `MAX_SAMPLES_PER_S` (10^12) | finite, and a sum over reports stays finite |
 | reported epoch | 0 .. `MAX_EPOCHS` | as epochs |
 | reported step | 0 .. 2^63 - 1 | the store's 64-bit column |
-| reported checkpoint path | at most `MAX_PATH_CHARS` (4096) characters | PATH_MAX |
+| reported checkpoint path | at most `MAX_PATH_CHARS` (4096) characters, no NUL | PATH_MAX; PostgreSQL text |
 
 Every check raises `BadValue` (an `InputError` naming the field) and nothing else, whatever the
 value's type: a bool is not a number, a float is an integer only when it is integral (`10.0`).
@@ -105,11 +105,14 @@ def name(value: object, field: str) -> str:
 
 
 def text(value: object, field: str, max_chars: int) -> str:
-    """`value` as a string of at most `max_chars` characters that encodes as UTF-8."""
+    """`value` as a string of at most `max_chars` characters that encodes as UTF-8 and holds no
+    NUL (PostgreSQL's text cannot store one)."""
     if not isinstance(value, str):
         raise BadValue(f"must be a string, got {shown(value)}", field=field)
     if len(value) > max_chars:
         raise BadValue(f"must be at most {max_chars} characters, got {len(value)}", field=field)
+    if "\x00" in value:
+        raise BadValue("must not contain a NUL character", field=field)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -118,12 +118,12 @@ class BadReport(ValueError):
 def _unstorable(key: str, value: Any) -> str | None:
     """Why a top-level value cannot reach the store (a 2**70 int, a lone surrogate), or None."""
     if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        return f"field {key!r} is out of the 64-bit integer range"
+        return f"field {limits.shown(key)} is out of the 64-bit integer range"
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return f"field {key!r} is not valid Unicode text"
+            return f"field {limits.shown(key)} is not valid Unicode text"
     return None
 
 
@@ -142,22 +142,22 @@ def validate(report: Any) -> dict[str, Any]:
         if why is not None:
             raise BadReport(why)
     if report.get("v") != VERSION:
-        raise BadReport(f"unknown report version {report.get('v')!r}")
+        raise BadReport(f"unknown report version {limits.shown(report.get('v'))}")
     kind = report.get("kind")
     if not isinstance(kind, str) or kind not in _FIELDS:   # a list/dict kind is unhashable
-        raise BadReport(f"unknown report kind {kind!r}")
+        raise BadReport(f"unknown report kind {limits.shown(kind)}")
     if not _is(report.get("job_id"), int) and not _is(report.get("job_pk"), int):
         raise BadReport("neither job_id nor job_pk is an integer")
     if not _is(report.get("cluster", "slurm"), str):
         raise BadReport("cluster must be a string")
     time_s = report.get("time_s")
     if not _is(time_s, (int, float)) or not math.isfinite(time_s):
-        raise BadReport(f"time_s must be a finite number, got {time_s!r}")
+        raise BadReport(f"time_s must be a finite number, got {limits.shown(time_s)}")
     for field, ftype in _FIELDS[kind].items():
         value = report.get(field)
         if not _is(value, ftype):
             raise BadReport(f"{kind}: field {field!r} is missing or not "
-                            f"{getattr(ftype, '__name__', ftype)}: {value!r}")
+                            f"{getattr(ftype, '__name__', ftype)}: {limits.shown(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise BadReport(f"{kind}: field {field!r} is not finite")
     for field, check in BOUNDS.items():
@@ -257,8 +257,8 @@ def check_report(session: Session, report: dict[str, Any], *,
     from ..store.models import Job
 
     validate(report)
-    claimed = (f"cluster {report.get('cluster')!r} job_id {report.get('job_id')!r} "
-               f"job_pk {report.get('job_pk')!r}")
+    claimed = (f"cluster {limits.shown(report.get('cluster'))} job_id "
+               f"{limits.shown(report.get('job_id'))} job_pk {limits.shown(report.get('job_pk'))}")
     job_pk = resolve_job_pk(session, report)
     if job_pk is None:
         raise BadReport(f"no registered job for {claimed}")
