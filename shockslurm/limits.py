@@ -8,20 +8,19 @@ work has a documented cap. The caps are generous for real training and small eno
 job cannot make the daemon's work or memory grow (the live path also keeps each job's profile
 run-length encoded, `model.RunLength`, so even a capped epoch count costs O(1) per round).
 
-| value | bound | why |
-|---|---|---|
-| epochs | 1 .. `MAX_EPOCHS` (10^6) | the trace readers' cap; fits the store's 32-bit column |
-| samples_per_epoch | 1 .. `MAX_SAMPLES_PER_EPOCH` (10^12) | a trillion samples per epoch |
-| batch sizes (spec, reports) | 1 .. `MAX_BATCH_SIZE` (2^24) | 16 M samples per step; 32-bit column |
-| batch-size ladder | at most `MAX_LADDER` (64) sizes | a doubling ladder from 1 to 2^24 has 25 |
-| epoch_seconds (declared) | `MIN_EPOCH_SECONDS` .. `MAX_EPOCH_SECONDS` | 1 ms .. 10^7 s (116 days) |
-| model name | `NAME_RE`: 1-64 of letters, digits, '.', '_', '-' | as shocksub takes it; no control characters reach a log |
-| spec text in the comment | `MAX_SPEC_CHARS` (4096) | shocksub writes under 300 |
-| reported GPUs | 1 .. `MAX_GPUS` (65536) | 32-bit column |
-| reported samples/s | 0 .. `MAX_SAMPLES_PER_S` (10^12) | finite, and a sum over reports stays finite |
-| reported epoch | 0 .. `MAX_EPOCHS` | as epochs |
-| reported step | 0 .. 2^63 - 1 | the store's 64-bit column |
-| reported checkpoint path | at most `MAX_PATH_CHARS` (4096) characters, no NUL | PATH_MAX; PostgreSQL text |
+The caps (each constant below), and why:
+- epochs: 1 .. `MAX_EPOCHS` (10^6), the trace readers' cap; fits the store's 32-bit column.
+- samples_per_epoch: 1 .. `MAX_SAMPLES_PER_EPOCH` (10^12), a trillion samples per epoch.
+- batch sizes (spec and reports): 1 .. `MAX_BATCH_SIZE` (2^24), 16 M samples per step.
+- batch-size ladder: 1 .. `MAX_LADDER` (64) sizes; doubling from 1 to 2^24 takes 25.
+- declared epoch_seconds: `MIN_EPOCH_SECONDS` .. `MAX_EPOCH_SECONDS` (1 ms .. 10^7 s, 116 days).
+- model name: `NAME_RE` (1-64 letters, digits, '.', '_', '-'), as shocksub takes it: no
+  control character reaches a log line, and it fits the store's 128-character column.
+- spec text in the comment: `MAX_SPEC_CHARS` (4096); shocksub writes under 300.
+- reported GPUs: 0 .. `MAX_GPUS` (65536), 0 for a CPU run of the helper.
+- reported samples/s: 0 .. `MAX_SAMPLES_PER_S` (10^12); reported epoch: 0 .. `MAX_EPOCHS`;
+  reported step: 0 .. `INT64_MAX` (the store's 64-bit column).
+- reported checkpoint path: `MAX_PATH_CHARS` (4096, PATH_MAX), no NUL (PostgreSQL's text).
 
 Every check raises `BadValue` (an `InputError` naming the field) and nothing else, whatever the
 value's type: a bool is not a number, a float is an integer only when it is integral (`10.0`).

@@ -159,6 +159,17 @@ def test_the_issues_comment_attacks_are_refused_naming_the_field():
     assert spec_from_comment("a;b") is None and job_spec("a", None) is DEFAULT_SPEC
 
 
+@pytest.mark.parametrize("comment, managed", [
+    ("shock:managed", True), ("a;shock:managed", True), (" shock:managed\t;x", True),
+    ("x;\r\nshock:managed\n", True), ("x shock:managed", False), ("x\nshock:managed", False),
+    ("shock:managedx", False), ("shock:managed\u00a0", False), ("shock:managed,x", False),
+    ("", False), ("shock:spec={};shock:managed2", False)])
+def test_the_managed_tag_rule(comment, managed):
+    """One `;`-separated part equal to the tag once ASCII blanks (Lua's %s) are trimmed."""
+    assert has_managed_tag(comment) is managed
+    assert replace(job(1), comment=comment).managed is managed
+
+
 @settings(FUZZ, max_examples=100)
 @given(epochs=st.integers(1, limits.MAX_EPOCHS),
        samples=st.integers(1, limits.MAX_SAMPLES_PER_EPOCH),
