@@ -32,7 +32,7 @@ from shockslurm.slurm.journaling import LiveJob
 from shockslurm.slurm.specs import (DEFAULT_SPEC, BadSpec, LiveSpec, job_spec, spec_from_comment,
                                     spec_from_mapping)
 from shockslurm.slurm.submit import JobRequest
-from shockslurm.slurm.types import has_managed_tag
+from shockslurm.slurm.types import JobState, has_managed_tag
 from shockslurm.store import repository as repo
 from shockslurm.store.engine import open_store
 from shockslurm.store.models import Job, JobEvent
@@ -350,4 +350,9 @@ def test_hostile_specs_leave_other_jobs_scheduled_and_are_flagged_once(tmp_path,
     assert "field 'epochs'" in reasons[13] and "1..1000000" in reasons[13]
     assert "field 'samples_per_epoch'" in reasons[14]
     assert "store, field 'batch_sizes'" in reasons[16]
+    # a bad job that leaves the queue is forgotten (the memory of bad specs stays bounded)
+    b._jobs = [replace(j, state=JobState.CANCELLED) if j.job_id == 13 else j for j in b._jobs]
+    assert runner.attempt() is None
+    bad = runner.daemon.cluster.bad_specs
+    assert sorted(k[0] for k in bad) == sorted(hostile_ids - {13})
     engine.dispose()

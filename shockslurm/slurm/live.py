@@ -239,6 +239,8 @@ class SlurmCluster:
             if final is None or final.state.finished:
                 self._ended.append((live, final))
         self.jobs = current
+        active_keys = {(j.slurm.job_id, j.slurm.submit_time) for j in current.values()}
+        self.bad_specs = {k: r for k, r in self.bad_specs.items() if k in active_keys}
         self._last_now = now
         if current:
             self._seen_any = True
