@@ -141,7 +141,7 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
         for job_id, job in registration.items():
             out[job_id].spec = {"model": job.model, "epochs": job.epochs,
                                 "samples_per_epoch": job.samples_per_epoch,
-                                "batch_sizes": list(job.batch_sizes)}
+                                "batch_sizes": job.batch_sizes}   # validated by job_spec
         if not owner:
             return out
         pks = list(owner)
