@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .model import JobView
+from .model import JobView, runs_of
 
 CALIBRATION_TOLERANCE = 0.4
 FINISHED_FORECAST_S = 1.0
@@ -50,21 +50,71 @@ FINISHED_FORECAST_S = 1.0
 
 @dataclass
 class ProfileSummary:
-    """Per-job constants derived once from the profile (rounded durations, prefix sums)."""
+    """Per-job constants derived once from the profile, kept per run of equal (batch size,
+    rounded duration) epochs, so their size is the number of runs, not of epochs (a live job's
+    profile is one run however many epochs it declares)."""
 
-    rounded: np.ndarray          # rounded profiled durations, seconds
-    cumsum: np.ndarray           # cumsum[i] = sum(rounded[:i]), len E + 1
+    ends: np.ndarray             # ends[k]: epochs up to the end of run k
+    cum: np.ndarray              # cum[k]: rounded seconds up to the end of run k
+    durations: np.ndarray        # durations[k]: rounded seconds of each epoch of run k
     by_bs: dict[int, tuple[float, int]]   # batch size -> (sum of rounded durations, epochs)
 
     @classmethod
     def of(cls, view: JobView) -> "ProfileSummary":
-        r = np.asarray(rounded_durations(view.profile_epoch_durations), dtype=float)
-        by: dict[int, list] = {}
-        bs = np.asarray(view.profile_batch_sizes, dtype=np.int64)
-        for b in np.unique(bs):
-            m = bs == b
-            by[int(b)] = (float(r[m].sum()), int(m.sum()))
-        return cls(r, np.concatenate([[0.0], np.cumsum(r)]), by)
+        runs = _joint_runs(runs_of(view.profile_batch_sizes),
+                           runs_of(view.profile_epoch_durations))
+        by: dict[int, tuple[float, int]] = {}
+        for b, d, n in runs:
+            total, count = by.get(b, (0.0, 0))
+            by[b] = (total + d * n, count + n)
+        counts = np.array([n for _, _, n in runs], dtype=np.int64)
+        durations = np.array([d for _, d, _ in runs], dtype=float)
+        return cls(np.cumsum(counts), np.cumsum(durations * counts), durations, by)
+
+    def prefix_s(self, epochs: int) -> float:
+        """Rounded profiled seconds of the first `epochs` epochs (0 <= epochs <= E)."""
+        if epochs <= 0 or len(self.ends) == 0:
+            return 0.0
+        k = int(np.searchsorted(self.ends, epochs, side="left"))
+        if k >= len(self.ends):
+            return float(self.cum[-1])
+        before_e, before_s = (int(self.ends[k - 1]), float(self.cum[k - 1])) if k else (0, 0.0)
+        return before_s + (epochs - before_e) * float(self.durations[k])
+
+    def epochs_in(self, seconds: float) -> float:
+        """Epochs the rounded profile completes in `seconds` of exclusive running from epoch
+        0, past its end at the last epoch's duration (the profile must not be empty)."""
+        k = int(np.searchsorted(self.cum, seconds, side="right"))
+        if k >= len(self.cum):
+            return float(self.ends[-1]) + (seconds - float(self.cum[-1])) / float(
+                self.durations[-1])
+        before_e, before_s = (int(self.ends[k - 1]), float(self.cum[k - 1])) if k else (0, 0.0)
+        return before_e + (seconds - before_s) / float(self.durations[k])
+
+
+def _joint_runs(bs_runs: Sequence[tuple[int, int]], d_runs: Sequence[tuple[float, int]]
+                ) -> list[tuple[int, float, int]]:
+    """Runs (batch size, rounded duration, epochs) of two run-length sequences of equal length
+    (the profile's batch sizes and durations)."""
+    out: list[tuple[int, float, int]] = []
+    i = j = 0
+    left_b = bs_runs[0][1] if bs_runs else 0
+    left_d = d_runs[0][1] if d_runs else 0
+    while i < len(bs_runs) and j < len(d_runs):
+        n = min(left_b, left_d)
+        b, d = int(bs_runs[i][0]), float(max(1, round(d_runs[j][0])))
+        if out and out[-1][0] == b and out[-1][1] == d:
+            out[-1] = (b, d, out[-1][2] + n)
+        else:
+            out.append((b, d, n))
+        left_b, left_d = left_b - n, left_d - n
+        if left_b == 0:
+            i += 1
+            left_b = bs_runs[i][1] if i < len(bs_runs) else 0
+        if left_d == 0:
+            j += 1
+            left_d = d_runs[j][1] if j < len(d_runs) else 0
+    return out
 
 
 @dataclass
@@ -88,14 +138,14 @@ class ForecastState:
         obs = view.observed_batch_sizes
         if len(obs) < self.obs_seen:          # history rewritten: recount
             self.obs_seen, self.obs_counts = 0, {}
-        for b in obs[self.obs_seen:]:
-            self.obs_counts[int(b)] = self.obs_counts.get(int(b), 0) + 1
+        for b, n in runs_of(obs[self.obs_seen:]):
+            self.obs_counts[int(b)] = self.obs_counts.get(int(b), 0) + n
         self.obs_seen = len(obs)
         if len(obs) <= e:
             return dict(self.obs_counts)
         c = dict(self.obs_counts)             # more history than whole epochs: trim the tail
-        for b in obs[e:]:
-            c[int(b)] -= 1
+        for b, n in runs_of(obs[e:]):
+            c[int(b)] -= n
         return c
 
 
@@ -137,13 +187,7 @@ def calibrate(state: ForecastState, view: JobView,
     """Update the state's calibration factor from the job's own history; True if it fired."""
     if view.run_time_s <= 0 or view.epochs_done <= 0 or not view.profile_epoch_durations:
         return False
-    cs = state.summary(view).cumsum
-    i = int(np.searchsorted(cs, view.run_time_s, side="right")) - 1   # whole epochs in time
-    if i >= len(cs) - 1:
-        last = cs[-1] - cs[-2]
-        prof = (len(cs) - 1) + (view.run_time_s - cs[-1]) / last
-    else:
-        prof = i + (view.run_time_s - cs[i]) / (cs[i + 1] - cs[i])
+    prof = state.summary(view).epochs_in(view.run_time_s)
     meas = float(view.epochs_done)
     if prof <= 0 or abs(meas - prof) / prof <= tolerance:
         return False
@@ -271,6 +315,6 @@ def forecast(view: JobView, state: ForecastState) -> Forecast:
     support = sorted(set(known) | {b for b, c in counts.items() if c > 0})
     d_at = duration_by_batch_size(view, known, support, f)
     upto = min(e, E - 1) + 1
-    dbar = summ.cumsum[upto] * f / upto
+    dbar = summ.prefix_s(upto) * f / upto
     return Forecast(e, float(dbar), dirichlet_remaining_time(E, e, counts, d_at),
-                    float(summ.cumsum[min(e, E)] * f))
+                    float(summ.prefix_s(min(e, E)) * f))

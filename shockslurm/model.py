@@ -9,9 +9,11 @@ second of exclusive run on its whole gang at its current batch size.
 
 from __future__ import annotations
 
+import itertools
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 ADAPTATION_MODES = ("static", "gns", "accordion")
 MAX_EPOCHS = 1_000_000   # a job spec is a per-epoch list: bound it before building one
@@ -71,6 +73,84 @@ def cluster_shape(nodes: Sequence[Node]) -> str:
         else:
             groups.append([1, n.gpus])
     return ",".join(f"{c}x{g}" for c, g in groups)
+
+
+class RunLength(Sequence[Any]):
+    """An immutable sequence kept as runs of equal values: `RunLength.repeat(32, 10**6)` is one
+    run, so a per-epoch profile of a job that declares a million epochs costs O(1) memory.
+
+    It indexes, slices (step 1 stays run-length) and iterates like a tuple, and compares equal to
+    any sequence (tuple, list) with the same elements. `runs_of` reads any sequence as runs.
+    """
+
+    __slots__ = ("runs", "_ends")
+
+    def __init__(self, runs: Iterable[tuple[Any, int]] = ()) -> None:
+        merged: list[tuple[Any, int]] = []
+        for value, count in runs:
+            if count <= 0:
+                continue
+            if merged and merged[-1][0] == value:
+                merged[-1] = (value, merged[-1][1] + count)
+            else:
+                merged.append((value, int(count)))
+        self.runs: tuple[tuple[Any, int], ...] = tuple(merged)
+        self._ends = tuple(itertools.accumulate(c for _, c in merged))
+
+    @classmethod
+    def repeat(cls, value: Any, count: int) -> "RunLength":
+        return cls(((value, count),))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, index: Any) -> Any:
+        n = len(self)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step != 1:
+                return tuple(self[i] for i in range(start, stop, step))
+            return RunLength(self._clipped(start, max(start, stop)))
+        if not isinstance(index, int):
+            raise TypeError(f"RunLength indices must be integers or slices, not "
+                            f"{type(index).__name__}")
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("RunLength index out of range")
+        return self.runs[bisect_right(self._ends, index)][0]
+
+    def _clipped(self, start: int, stop: int) -> Iterator[tuple[Any, int]]:
+        begin = 0
+        for (value, count), end in zip(self.runs, self._ends):
+            lo, hi = max(begin, start), min(end, stop)
+            if lo < hi:
+                yield value, hi - lo
+            begin = end
+
+    def __iter__(self) -> Iterator[Any]:
+        for value, count in self.runs:
+            yield from itertools.repeat(value, count)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunLength):
+            return self.runs == other.runs
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.runs)
+
+    def __repr__(self) -> str:
+        return f"RunLength({list(self.runs)!r})"
+
+
+def runs_of(values: Sequence[Any]) -> tuple[tuple[Any, int], ...]:
+    """`values` as runs (value, count) of equal neighbours: O(runs) for a `RunLength`."""
+    if isinstance(values, RunLength):
+        return values.runs
+    return tuple((value, sum(1 for _ in group)) for value, group in itertools.groupby(values))
 
 
 @dataclass(frozen=True)
@@ -146,9 +226,11 @@ class JobView:
     iterations_per_s: float             # whole gang, at the current batch size, isolated
     remaining_iterations: float         # at the current batch size
     iterations_per_epoch: int           # at the current batch size
-    observed_batch_sizes: tuple[int, ...]  # batch size of every completed epoch, in order
-    profile_batch_sizes: tuple[int, ...]   # declared/profiled batch size of every epoch
-    profile_epoch_durations: tuple[float, ...]  # profiled exclusive seconds of every epoch
+    # Per-epoch sequences: tuples, or `RunLength` (the live daemon's, whose size must not grow
+    # with the epochs a user declares).
+    observed_batch_sizes: Sequence[int]  # batch size of every completed epoch, in order
+    profile_batch_sizes: Sequence[int]   # declared/profiled batch size of every epoch
+    profile_epoch_durations: Sequence[float]  # profiled exclusive seconds of every epoch
     exclusive_runtime_s: float          # whole-job exclusive run time from the profile
     run_time_s: float                   # seconds of useful GPU-holding time so far (per gang)
     ran_last_round: bool

@@ -43,7 +43,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from datetime import datetime, timezone
 
@@ -51,6 +51,7 @@ from sqlalchemy import Engine, Float, Integer, String, Text, cast, func, literal
 from sqlalchemy import union_all
 from sqlalchemy.orm import Session, aliased
 
+from .model import RunLength
 from .reports.ingest import SpoolIngest
 from .slurm.enact import StopHistory
 from .slurm.progress import Progress, ProgressSource, RunTimeProgress, progress_ceiling
@@ -168,6 +169,25 @@ def read_reports(session: Session, pks: Sequence[int]) -> dict[int, JobReports]:
     return out
 
 
+def observed_batch_sizes(epoch_bs: Mapping[int, int | None], done: int, completed: int,
+                         current: int, initial: int) -> RunLength:
+    """The batch size of each of the first `done` epochs, run-length encoded (O(reported
+    epochs), whatever `done` is): an epoch's reported size; an epoch whose event is missing (or
+    carries no size) ran, before the last completed one (`completed`), at the previous epoch's
+    size (`initial` before the first), and from it on (its steps are done but it was not closed,
+    e.g. the job stopped on its last step) at the size the job reports now (`current`)."""
+    runs: list[tuple[int, int]] = []
+    previous, e = initial, 0
+    for epoch in sorted(k for k in epoch_bs if k < done):
+        runs.append((previous, epoch - e))              # the gap before it, if any
+        previous = epoch_bs[epoch] or previous
+        runs.append((previous, 1))
+        e = epoch + 1
+    upto = max(e, min(completed, done))
+    runs += [(previous, upto - e), (current, done - upto)]
+    return RunLength(runs)
+
+
 class ReportedProgress:
     """`ProgressSource` on the store's training reports, with a run-time fallback."""
 
@@ -239,19 +259,11 @@ class ReportedProgress:
             done = max(0.0, min(done, progress_ceiling(spec, bs)))
         else:      # a throughput sample only: where the job is stays an estimate
             done = base.epochs_done
-        observed: list[int] = []
-        previous = spec.batch_size
-        for e in range(int(done)):
-            # an epoch whose event is missing: before the last completed one it ran at the
-            # previous epoch's size; from it on (its steps are done but it was not closed, e.g.
-            # the job stopped on its last step) at the size the job reports now
-            size = r.epoch_bs.get(e) or (previous if e < completed else bs)
-            observed.append(size)
-            previous = size
+        observed = observed_batch_sizes(r.epoch_bs, int(done), completed, bs, spec.batch_size)
         ips = None
         if r.throughput is not None:
             ips = r.throughput[1] / bs
-        return Progress(epochs_done=done, batch_size=bs, observed_batch_sizes=tuple(observed),
+        return Progress(epochs_done=done, batch_size=bs, observed_batch_sizes=observed,
                         iterations_per_s=ips, source="reports")
 
     # ------------------------------------------------------------------ StopHistorySource

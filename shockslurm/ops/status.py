@@ -34,7 +34,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..forecast import dirichlet_remaining_time
-from ..slurm.specs import LiveSpec, epoch_seconds, spec_from_comment, spec_from_mapping
+from ..slurm import specs
+from ..slurm.specs import LiveSpec, epoch_seconds
 from ..slurm.types import SlurmJob
 from ..store.models import EnactmentIntent, Job, JobEvent, Round, Run, ThroughputSample
 from ..store.repository import REGISTRY_KIND
@@ -140,7 +141,7 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
         for job_id, job in registration.items():
             out[job_id].spec = {"model": job.model, "epochs": job.epochs,
                                 "samples_per_epoch": job.samples_per_epoch,
-                                "batch_sizes": list(job.batch_sizes)}
+                                "batch_sizes": job.batch_sizes}   # validated by job_spec
         if not owner:
             return out
         pks = list(owner)
@@ -195,13 +196,12 @@ def _stamp(when: datetime) -> str:
 
 # ------------------------------------------------------------------------------ the rows
 def job_spec(job: SlurmJob, info: StoreJob | None) -> LiveSpec:
-    """The spec the daemon would use: comment, else the store's registration, else defaults."""
-    raw = spec_from_comment(job.comment)
-    if raw is not None:
-        return spec_from_mapping(raw, "comment")
-    if info is not None and info.spec is not None:
-        return spec_from_mapping(info.spec, "store")
-    return spec_from_mapping({}, "default")
+    """The spec the daemon would use: comment, else the store's registration, else defaults;
+    the defaults for a bad spec (the daemon leaves that job held and flags it)."""
+    try:
+        return specs.job_spec(job.comment, info.spec if info is not None else None)
+    except specs.BadSpec:
+        return specs.DEFAULT_SPEC
 
 
 def forecast_remaining(spec: LiveSpec, gpus: int, info: StoreJob | None, *, running: bool,

@@ -33,6 +33,13 @@ Why it looks like this:
 - Impossible requests: a managed job asking more GPUs per node than any usable node of the
   managed partitions has (Slurm accepts such a job while it is held) is left out of the
   snapshot (never planned, so never released), logged once and flagged in the store.
+- Bad specs: a job whose spec (comment or registration) is not valid or out of bounds
+  (`specs.BadSpec`, `shockslurm.limits`) is treated the same way: left held, logged once and
+  flagged once with the reason; it is journalled with the default spec, so the store can always
+  record it. Nothing a job supplies raises out of the round or stops other jobs.
+- Per-job state does not grow with what a job declares: the view's per-epoch profile is
+  run-length encoded (`model.RunLength`), one run for the daemon's constant profile, and so is
+  the batch-size history from reports.
 """
 
 from __future__ import annotations
@@ -44,15 +51,15 @@ import time
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
-from ..model import JobView, RoundPlan, Snapshot
+from ..model import JobView, RoundPlan, RunLength, Snapshot
 from . import enact as en
 from . import stops
 from .churn import ChurnGuard
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
                          StopHistorySource, StopLedger)
 from .progress import ProgressSource, RunTimeProgress
-from .specs import (DEFAULT_EPOCH_SECONDS, LiveSpec, SpecRegistry, epoch_seconds,
-                    spec_from_comment, spec_from_mapping)
+from .specs import (DEFAULT_EPOCH_SECONDS, DEFAULT_SPEC, BadSpec, LiveSpec, SpecRegistry,
+                    epoch_seconds, has_spec, job_spec)
 from .types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -101,7 +108,8 @@ class SlurmCluster:
         self.ledger = ledger
         self.stops = stops.StopTracker(ledger)
         self.impossible: dict[tuple[int, float], str] = {}  # never planned: the reason
-        self._impossible_new: list[tuple[SlurmJob, str]] = []
+        self.bad_specs: dict[tuple[int, float], str] = {}   # never planned: the reason
+        self._flags_new: list[tuple[SlurmJob, str]] = []    # flagged, not yet in the store
         self._sleep = sleep
         self._monotonic = monotonic
         self.gpus = 0
@@ -133,14 +141,22 @@ class SlurmCluster:
         return max(0, total - foreign)
 
     def _spec(self, job: SlurmJob, registered: Mapping[int, Mapping[str, object]]) -> LiveSpec:
-        raw = spec_from_comment(job.comment)
-        if raw is not None:
-            return spec_from_mapping(raw, "comment")
-        if job.job_id in registered:
-            return spec_from_mapping(registered[job.job_id], "store")
-        log.warning("job %s carries no shock:spec and is not registered; using defaults "
-                    "(%s s per epoch)", job.job_id, DEFAULT_EPOCH_SECONDS)
-        return spec_from_mapping({}, "default")
+        """The job's spec; for a bad one (`BadSpec`) the defaults, and the job is recorded in
+        `bad_specs` (never planned) and queued to be flagged, once per job."""
+        try:
+            spec = job_spec(job.comment, registered.get(job.job_id))
+        except BadSpec as exc:
+            key = (job.job_id, job.submit_time)
+            if key not in self.bad_specs:
+                reason = f"bad spec: {exc}"
+                self.bad_specs[key] = reason
+                self._flags_new.append((job, reason))
+                log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
+            return DEFAULT_SPEC
+        if spec.source == "default":
+            log.warning("job %s carries no shock:spec and is not registered; using defaults "
+                        "(%s s per epoch)", job.job_id, DEFAULT_EPOCH_SECONDS)
+        return spec
 
     # ------------------------------------------------------------------ Cluster protocol
     def _read(self, what: str, read: Callable[[], list]) -> list:
@@ -174,7 +190,7 @@ class SlurmCluster:
             key = (job.job_id, job.submit_time)
             if key not in self.impossible:
                 self.impossible[key] = reason
-                self._impossible_new.append((job, reason))
+                self._flags_new.append((job, reason))
                 log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
         return out
 
@@ -190,10 +206,10 @@ class SlurmCluster:
         new = [j for j in active if j.job_id not in self.jobs
                or self.jobs[j.job_id].slurm.submit_time != j.submit_time]
         registered: Mapping[int, Mapping[str, object]] = {}
-        if self.registry is not None and any(spec_from_comment(j.comment) is None for j in new):
+        unspecified = [j for j in new if not has_spec(j.comment)]
+        if self.registry is not None and unspecified:
             try:
-                registered = self.registry.lookup([j for j in new
-                                                   if spec_from_comment(j.comment) is None])
+                registered = self.registry.lookup(unspecified)
             except JournalUnavailable:
                 raise
             except Exception as exc:   # a spec guessed now would stick: no round without it
@@ -223,6 +239,8 @@ class SlurmCluster:
             if final is None or final.state.finished:
                 self._ended.append((live, final))
         self.jobs = current
+        active_keys = {(j.slurm.job_id, j.slurm.submit_time) for j in current.values()}
+        self.bad_specs = {k: r for k, r in self.bad_specs.items() if k in active_keys}
         self._last_now = now
         if current:
             self._seen_any = True
@@ -237,10 +255,12 @@ class SlurmCluster:
                 log.warning("progress source refresh failed (%s: %s); using what it had",
                             type(exc).__name__, exc)
         # COMPLETING jobs hold GPUs but will never run again: not offered to the policy; nor
-        # are impossible requests (they stay held: the diff holds them if released).
+        # are impossible requests and bad specs (they stay held: the diff holds them if
+        # released, and stops them if they run).
         views = tuple(self._view(j) for j in current.values()
                       if j.slurm.state is not JobState.COMPLETING
-                      and j.slurm.job_id not in impossible)
+                      and j.slurm.job_id not in impossible
+                      and (j.slurm.job_id, j.slurm.submit_time) not in self.bad_specs)
         snap = Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
                         jobs=views, restart_overhead_s=self.restart_overhead_s)
         return snap
@@ -261,15 +281,15 @@ class SlurmCluster:
         ips = (prog.iterations_per_s if prog.iterations_per_s is not None
                and prog.iterations_per_s > 0 else iters_per_epoch / epoch_s)
         observed = (prog.observed_batch_sizes if prog.observed_batch_sizes is not None
-                    else (prog.batch_size,) * int(prog.epochs_done))
+                    else RunLength.repeat(prog.batch_size, int(prog.epochs_done)))
         return JobView(
             job_id=job.job_id, gang_size=gang, arrival_s=job.submit_time,
             num_epochs=spec.epochs, epochs_done=prog.epochs_done, batch_size=prog.batch_size,
             iterations_per_s=ips, remaining_iterations=remaining,
             iterations_per_epoch=iters_per_epoch,
-            observed_batch_sizes=tuple(observed),
-            profile_batch_sizes=(spec.batch_size,) * spec.epochs,
-            profile_epoch_durations=(epoch_s,) * spec.epochs,
+            observed_batch_sizes=observed,
+            profile_batch_sizes=RunLength.repeat(spec.batch_size, spec.epochs),
+            profile_epoch_durations=RunLength.repeat(epoch_s, spec.epochs),
             exclusive_runtime_s=epoch_s * spec.epochs, run_time_s=live.run_time_s,
             ran_last_round=job.state is JobState.RUNNING)
 
@@ -306,7 +326,7 @@ class SlurmCluster:
         except Exception as exc:
             raise JournalUnavailable(f"cannot record the round: {type(exc).__name__}: "
                                      f"{exc}") from exc
-        self._record_impossible(snapshot.now)
+        self._record_flags(snapshot.now)
         self._record_ended(ended, snapshot.now)
         by_id = {j.job_id: j for j in ours}
         unsignalled: set[int] = set()
@@ -418,8 +438,10 @@ class SlurmCluster:
                 log.warning("could not record that job %s ended (%s: %s)", live.slurm.job_id,
                             type(exc).__name__, exc)
 
-    def _record_impossible(self, now: float) -> None:
-        new, self._impossible_new = self._impossible_new, []
+    def _record_flags(self, now: float) -> None:
+        """Flag in the store the jobs found impossible or with a bad spec since the last
+        round (bookkeeping: a failure is logged; the store keeps one flag per job)."""
+        new, self._flags_new = self._flags_new, []
         for job, reason in new:
             if self.ledger is None:
                 self.guard.flag(job, reason, now)

@@ -21,7 +21,7 @@ class Progress:
 
     epochs_done: float
     batch_size: int
-    observed_batch_sizes: tuple[int, ...] | None = None
+    observed_batch_sizes: Sequence[int] | None = None   # a tuple, or a RunLength
     iterations_per_s: float | None = None
     source: str = "runtime"
 

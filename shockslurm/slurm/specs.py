@@ -1,5 +1,15 @@
 """A managed job's declared spec, read from its Slurm comment or the store, and the epoch time
-the daemon assumes for it (declared, else the catalogue's throughput model, else a default)."""
+the daemon assumes for it (declared, else the catalogue's throughput model, else a default).
+
+Any user writes these values (the comment with `sbatch --comment`, the registration with
+`shocksub --db`), so every one is validated and bounded (`shockslurm.limits`): a key that is
+missing takes its default, a key that is present must be valid. A spec that is not (not JSON,
+longer than `MAX_SPEC_CHARS`, nested too deep, a wrong type, NaN or infinity, out of bounds)
+raises `BadSpec`, naming the field; the live cluster then leaves that job held, flags it once in
+the store and the log with the reason, and schedules every other job as usual (`slurm/live.py`).
+Held rather than run with defaults: a spec decides the job's share, and a job must not get one by
+declaring garbage. The user cancels and resubmits with a valid spec.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,9 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
+from .. import limits
+from ..errors import InputError
+from ..model import ADAPTATION_MODES
 from ..workload.catalogue import CATALOGUE
 from .types import SPEC_PREFIX, SlurmJob
 
@@ -15,11 +28,16 @@ DEFAULT_EPOCH_SECONDS = 600.0     # a job that declares nothing: ten minutes per
 DEFAULT_EPOCHS = 1
 DEFAULT_SAMPLES_PER_EPOCH = 1000
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_MODEL = "unknown"
+
+
+class BadSpec(InputError):
+    """A job's spec that the daemon cannot use (the message names the field and the source)."""
 
 
 @dataclass(frozen=True)
 class LiveSpec:
-    """A managed job's declared spec, as the daemon uses it."""
+    """A managed job's declared spec, as the daemon uses it (always within `limits`)."""
 
     model: str
     epochs: int
@@ -31,46 +49,85 @@ class LiveSpec:
     source: str = "default"       # comment | store | default
 
 
+def has_spec(comment: str) -> bool:
+    """Whether the comment carries a `shock:spec=` token (valid or not)."""
+    return any(part.startswith(SPEC_PREFIX) for part in comment.split(";"))
+
+
 def spec_from_comment(comment: str) -> dict | None:
-    """The JSON after `shock:spec=` in a `;`-separated comment, or None."""
+    """The JSON object after `shock:spec=` in a `;`-separated comment, None when there is no such
+    token; raises `BadSpec` when there is one that is not a JSON object of bounded size."""
     for part in comment.split(";"):
-        if part.startswith(SPEC_PREFIX):
-            try:
-                value = json.loads(part[len(SPEC_PREFIX):])
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
+        if not part.startswith(SPEC_PREFIX):
+            continue
+        text = part[len(SPEC_PREFIX):]
+        if len(text) > limits.MAX_SPEC_CHARS:
+            raise BadSpec(f"longer than {limits.MAX_SPEC_CHARS} characters ({len(text)})",
+                          source="comment", field="shock:spec")
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:    # RecursionError: [[[[... nested deep
+            raise BadSpec(f"not JSON ({type(exc).__name__})", source="comment",
+                          field="shock:spec") from None
+        if not isinstance(value, dict):
+            raise BadSpec(f"must be a JSON object, got {type(value).__name__}",
+                          source="comment", field="shock:spec")
+        return value
     return None
 
 
-def _pos_int(value: object, default: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
-        return default
-    return int(value)
+def _ladder(raw: object, source: str) -> tuple[int, ...]:
+    if not isinstance(raw, (list, tuple)):
+        raise BadSpec("must be a list of batch sizes", source=source, field="batch_sizes")
+    if not 1 <= len(raw) <= limits.MAX_LADDER:
+        raise BadSpec(f"must hold 1..{limits.MAX_LADDER} batch sizes, got {len(raw)}",
+                      source=source, field="batch_sizes")
+    return tuple(sorted({limits.integer(b, "batch_sizes", 1, limits.MAX_BATCH_SIZE)
+                         for b in raw}))
 
 
 def spec_from_mapping(raw: Mapping[str, object], source: str) -> LiveSpec:
-    """A `LiveSpec` from shocksub's keys (submit.JobRequest.spec), tolerant of missing keys."""
-    model = str(raw.get("model") or "unknown")
-    info = CATALOGUE.get(model)
-    ladder_raw = raw.get("batch_sizes")
-    ladder: tuple[int, ...] = ()
-    if isinstance(ladder_raw, (list, tuple)):
-        ladder = tuple(sorted({int(b) for b in ladder_raw
-                               if isinstance(b, (int, float)) and not isinstance(b, bool)
-                               and b >= 1}))
-    if not ladder:
-        ladder = info.ladder if info else (DEFAULT_BATCH_SIZE,)
-    batch_size = _pos_int(raw.get("batch_size"), ladder[0])
-    default_samples = info.samples_per_epoch if info else DEFAULT_SAMPLES_PER_EPOCH
-    epoch_s = raw.get("epoch_seconds")
-    epoch_seconds = (float(epoch_s) if isinstance(epoch_s, (int, float))
-                     and not isinstance(epoch_s, bool) and epoch_s > 0 else None)
-    return LiveSpec(model=model, epochs=_pos_int(raw.get("epochs"), DEFAULT_EPOCHS),
-                    samples_per_epoch=_pos_int(raw.get("samples_per_epoch"), default_samples),
-                    batch_sizes=ladder, batch_size=batch_size,
-                    mode=str(raw.get("mode") or "static"), epoch_seconds=epoch_seconds,
-                    source=source)
+    """A `LiveSpec` from shocksub's keys (submit.JobRequest.spec): a missing key takes its
+    default, a present one must be valid; raises `BadSpec` naming the field otherwise. Unknown
+    keys are ignored (a newer shocksub may add some)."""
+    try:
+        model = limits.name(raw.get("model", DEFAULT_MODEL), "model")
+        info = CATALOGUE.get(model)
+        ladder = (_ladder(raw["batch_sizes"], source) if "batch_sizes" in raw
+                  else info.ladder if info else (DEFAULT_BATCH_SIZE,))
+        batch_size = (limits.integer(raw["batch_size"], "batch_size", 1, limits.MAX_BATCH_SIZE)
+                      if "batch_size" in raw else ladder[0])
+        epochs = limits.integer(raw.get("epochs", DEFAULT_EPOCHS), "epochs", 1,
+                                limits.MAX_EPOCHS)
+        samples = limits.integer(
+            raw.get("samples_per_epoch", info.samples_per_epoch if info
+                    else DEFAULT_SAMPLES_PER_EPOCH),
+            "samples_per_epoch", 1, limits.MAX_SAMPLES_PER_EPOCH)
+        mode = raw.get("mode", "static")
+        if mode not in ADAPTATION_MODES:   # a list or dict is not in a tuple of strings either
+            raise BadSpec(f"unknown mode {limits.shown(mode)} (known: "
+                          f"{', '.join(ADAPTATION_MODES)})", field="mode")
+        declared = raw.get("epoch_seconds")
+        epoch_s = (None if declared is None else limits.number(
+            declared, "epoch_seconds", limits.MIN_EPOCH_SECONDS, limits.MAX_EPOCH_SECONDS))
+    except InputError as exc:
+        raise BadSpec(exc.message, source=source, field=exc.field) from None
+    return LiveSpec(model=model, epochs=epochs, samples_per_epoch=samples, batch_sizes=ladder,
+                    batch_size=batch_size, mode=str(mode), epoch_seconds=epoch_s, source=source)
+
+
+DEFAULT_SPEC = spec_from_mapping({}, "default")
+
+
+def job_spec(comment: str, registered: Mapping[str, object] | None) -> LiveSpec:
+    """The spec the daemon uses for a job: its comment's, else the one registered in the store,
+    else the defaults; raises `BadSpec` when the one it would use is not valid."""
+    raw = spec_from_comment(comment)
+    if raw is not None:
+        return spec_from_mapping(raw, "comment")
+    if registered is not None:
+        return spec_from_mapping(registered, "store")
+    return DEFAULT_SPEC
 
 
 def epoch_seconds(spec: LiveSpec, gpus: int) -> float:

@@ -32,6 +32,7 @@ from importlib import resources
 from string import Template
 from typing import Callable, Mapping, Sequence
 
+from .. import limits
 from ..errors import InputError, ShockslurmError
 from ..model import ADAPTATION_MODES
 from .types import SlurmNode
@@ -44,7 +45,7 @@ SBATCH_TIMEOUT_S = 120
 SECRET_RE = re.compile(r"^(ed25519:[A-Za-z0-9_-]{43}|[0-9a-f]{32,128})$")
 DRY_RUN_SECRET = "dry-run-no-secret"       # what --dry-run prints in place of the secret
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")            # job and model names
+NAME_RE = limits.NAME_RE                                     # job and model names
 SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}(,[A-Za-z0-9._-]{1,64})*$")  # partition(s), …
 # Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED.
 TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0,2}"
@@ -101,8 +102,9 @@ class JobRequest:
         _name("model", self.model)
         _int_range("gpus", self.gpus, 1, MAX_GPUS_PER_NODE)
         _int_range("nodes", self.nodes, 1, None)
-        _int_range("epochs", self.epochs, 1, None)
-        _int_range("samples_per_epoch", self.samples_per_epoch, 1, None)
+        # the daemon's bounds (shockslurm.limits): a job beyond them would stay held
+        _int_range("epochs", self.epochs, 1, limits.MAX_EPOCHS)
+        _int_range("samples_per_epoch", self.samples_per_epoch, 1, limits.MAX_SAMPLES_PER_EPOCH)
         _int_range("grace_seconds", self.grace_seconds, 1, MAX_SIGNAL_SECONDS)
         _int_range("max_restarts", self.max_restarts, 0, None)
         if self.cpus_per_gpu is not None:
@@ -110,8 +112,10 @@ class JobRequest:
         if self.epoch_seconds is not None and (
                 isinstance(self.epoch_seconds, bool)
                 or not isinstance(self.epoch_seconds, (int, float))
-                or not 0 < self.epoch_seconds < float("inf")):
-            raise InputError(f"must be a positive number of seconds, got {self.epoch_seconds!r}",
+                or not limits.MIN_EPOCH_SECONDS <= self.epoch_seconds
+                <= limits.MAX_EPOCH_SECONDS):
+            raise InputError(f"must be a number of seconds in {limits.MIN_EPOCH_SECONDS:g}.."
+                             f"{limits.MAX_EPOCH_SECONDS:g}, got {self.epoch_seconds!r}",
                              field="epoch_seconds")
         for field in ("partition", "account", "qos"):
             value = getattr(self, field)
@@ -142,9 +146,11 @@ class JobRequest:
 
     def _validate_ladder(self) -> None:
         sizes = self.batch_sizes
-        if (not isinstance(sizes, (tuple, list)) or not sizes
-                or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in sizes)):
-            raise InputError(f"batch sizes must be positive integers, got {sizes!r}",
+        if (not isinstance(sizes, (tuple, list)) or not 1 <= len(sizes) <= limits.MAX_LADDER
+                or any(not isinstance(b, int) or isinstance(b, bool)
+                       or not 1 <= b <= limits.MAX_BATCH_SIZE for b in sizes)):
+            raise InputError(f"batch sizes must be 1..{limits.MAX_LADDER} integers in "
+                             f"1..{limits.MAX_BATCH_SIZE}, got {limits.shown(sizes)}",
                              field="batch_sizes")
         if any(a >= b for a, b in zip(sizes, sizes[1:])):
             raise InputError(f"batch sizes must be strictly ascending, got {list(sizes)}",

@@ -13,6 +13,17 @@ from ..errors import ShockslurmError
 
 MANAGED_TAG = "shock:managed"
 SPEC_PREFIX = "shock:spec="
+TAG_BLANKS = " \t\r\n\v\f"      # what has_managed_tag strips: exactly Lua's %s
+
+
+def has_managed_tag(comment: str) -> bool:
+    """Whether a job's comment carries the managed tag: the rule the daemon and job_submit.lua
+    share. The comment is split on ';', each part stripped of ASCII blanks at both ends
+    (`TAG_BLANKS`: space, tab, CR, LF, VT, FF, i.e. Lua's `%s`), and one part must then equal
+    `shock:managed` exactly. So `a;shock:managed` and `a; shock:managed ` are managed;
+    `x shock:managed`, `shock:managed2`, `xshock:managed` and a tag on a second line of the same
+    part (`x\nshock:managed`) are not."""
+    return any(part.strip(TAG_BLANKS) == MANAGED_TAG for part in comment.split(";"))
 
 
 class JobState(enum.Enum):
@@ -88,7 +99,7 @@ class SlurmJob:
 
     @property
     def managed(self) -> bool:
-        return MANAGED_TAG in self.comment.split(";")
+        return has_managed_tag(self.comment)
 
     @property
     def held(self) -> bool:

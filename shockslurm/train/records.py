@@ -14,6 +14,10 @@ A report is a small JSON object, version 1:
     kind "checkpoint":        path, step, ok                    -> checkpoints
     kind "epoch_done":        epoch, step, batch_size           -> job_events (kind "epoch_done")
 
+Every value is bounded (`shockslurm.limits`, `BOUNDS` below): numbers finite, integers within
+the store's columns, sizes under the same caps as a job's spec; an optional field is checked when
+present. A report with a value out of bounds is refused as a whole, with the field named.
+
 The job is found by `job_pk` when given, else by the newest registration of (cluster, job_id) in
 the cluster's registry run (`shocksub --db` writes it at submission).
 
@@ -51,8 +55,12 @@ import json
 import math
 from typing import Any
 
+from typing import Callable
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+
+from .. import limits
 
 VERSION = 1
 SIG_FIELD = "sig"
@@ -74,6 +82,33 @@ PROGRESS_KEYS = ("epoch_progress", "epoch", "epochs", "step", "step_in_epoch", "
 
 # What the store's columns can hold: SQL BIGINT, and text that encodes as UTF-8.
 INT_MIN, INT_MAX = -(2 ** 63), 2 ** 63 - 1
+MAX_TIME_S = 1e11        # a Unix time before the year 5000 (and the virtual times of tests)
+
+
+def _int(low: int, high: int) -> Callable[[Any, str], object]:
+    return lambda value, field: limits.integer(value, field, low, high)
+
+
+def _num(low: float, high: float) -> Callable[[Any, str], object]:
+    return lambda value, field: limits.number(value, field, low, high)
+
+
+# The bounds of every value a report may carry (`limits.BadValue` when out of them).
+BOUNDS: dict[str, Callable[[Any, str], object]] = {
+    "time_s": _num(0.0, MAX_TIME_S),
+    "samples_per_s": _num(0.0, limits.MAX_SAMPLES_PER_S),
+    "batch_size": _int(1, limits.MAX_BATCH_SIZE),
+    "old_batch_size": _int(1, limits.MAX_BATCH_SIZE),
+    "new_batch_size": _int(1, limits.MAX_BATCH_SIZE),
+    "gpus": _int(0, limits.MAX_GPUS),              # 0: a CPU run of the helper
+    "epoch": _int(0, limits.MAX_EPOCHS),
+    "epochs": _int(0, limits.MAX_EPOCHS),
+    "epoch_progress": _num(0.0, limits.MAX_EPOCHS),
+    "step": _int(0, INT_MAX),
+    "step_in_epoch": _int(0, INT_MAX),
+    "steps_per_epoch": _int(0, INT_MAX),
+    "path": lambda value, field: limits.text(value, field, limits.MAX_PATH_CHARS),
+}
 
 
 class BadReport(ValueError):
@@ -83,12 +118,12 @@ class BadReport(ValueError):
 def _unstorable(key: str, value: Any) -> str | None:
     """Why a top-level value cannot reach the store (a 2**70 int, a lone surrogate), or None."""
     if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        return f"field {key!r} is out of the 64-bit integer range"
+        return f"field {limits.shown(key)} is out of the 64-bit integer range"
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return f"field {key!r} is not valid Unicode text"
+            return f"field {limits.shown(key)} is not valid Unicode text"
     return None
 
 
@@ -107,24 +142,30 @@ def validate(report: Any) -> dict[str, Any]:
         if why is not None:
             raise BadReport(why)
     if report.get("v") != VERSION:
-        raise BadReport(f"unknown report version {report.get('v')!r}")
+        raise BadReport(f"unknown report version {limits.shown(report.get('v'))}")
     kind = report.get("kind")
     if not isinstance(kind, str) or kind not in _FIELDS:   # a list/dict kind is unhashable
-        raise BadReport(f"unknown report kind {kind!r}")
+        raise BadReport(f"unknown report kind {limits.shown(kind)}")
     if not _is(report.get("job_id"), int) and not _is(report.get("job_pk"), int):
         raise BadReport("neither job_id nor job_pk is an integer")
     if not _is(report.get("cluster", "slurm"), str):
         raise BadReport("cluster must be a string")
     time_s = report.get("time_s")
     if not _is(time_s, (int, float)) or not math.isfinite(time_s):
-        raise BadReport(f"time_s must be a finite number, got {time_s!r}")
+        raise BadReport(f"time_s must be a finite number, got {limits.shown(time_s)}")
     for field, ftype in _FIELDS[kind].items():
         value = report.get(field)
         if not _is(value, ftype):
             raise BadReport(f"{kind}: field {field!r} is missing or not "
-                            f"{getattr(ftype, '__name__', ftype)}: {value!r}")
+                            f"{getattr(ftype, '__name__', ftype)}: {limits.shown(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise BadReport(f"{kind}: field {field!r} is not finite")
+    for field, check in BOUNDS.items():
+        if field in report:
+            try:
+                check(report[field], field)
+            except limits.BadValue as exc:
+                raise BadReport(f"{kind}: {exc}") from None
     return report
 
 
@@ -209,8 +250,8 @@ def check_report(session: Session, report: dict[str, Any], *,
     from ..store.models import Job
 
     validate(report)
-    claimed = (f"cluster {report.get('cluster')!r} job_id {report.get('job_id')!r} "
-               f"job_pk {report.get('job_pk')!r}")
+    claimed = (f"cluster {limits.shown(report.get('cluster'))} job_id "
+               f"{limits.shown(report.get('job_id'))} job_pk {limits.shown(report.get('job_pk'))}")
     job_pk = resolve_job_pk(session, report)
     if job_pk is None:
         raise BadReport(f"no registered job for {claimed}")
