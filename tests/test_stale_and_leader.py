@@ -321,3 +321,20 @@ def test_a_leader_that_lost_its_lock_stops_before_the_next_action(engine, db, ca
     with pytest.raises(LeadershipLost):
         runner._check_leader()
     lock.release()
+
+
+def test_status_shows_the_leader(engine, db, monkeypatch):
+    from click.testing import CliRunner
+
+    from shockslurm.cli import status as status_cli
+    from shockslurm.cli.main import cli
+
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: [])
+    result = CliRunner().invoke(cli, ["status", "--db", db, "--cluster", "c1"])
+    assert result.exit_code == 0, result.output
+    assert "leader: none" in result.output
+    lock = leader_lock(db, "c1", timeout_s=1)
+    assert lock.acquire()
+    result = CliRunner().invoke(cli, ["status", "--db", db, "--cluster", "c1"])
+    assert f"leader: pid {os.getpid()} on {socket.gethostname()} since" in result.output
+    lock.dispose()

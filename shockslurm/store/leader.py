@@ -73,6 +73,9 @@ class LeaderLock(Protocol):
     def holder(self) -> LeaderInfo | None:
         """The current leader, None when nobody holds the lock."""
 
+    def dispose(self) -> None:
+        """Release the lock (if held) and every resource."""
+
 
 def this_process(now: float | None = None) -> LeaderInfo:
     return LeaderInfo(host=socket.gethostname(), pid=os.getpid(),
@@ -133,6 +136,9 @@ class FileLeaderLock:
         fd, self._fd, self.info = self._fd, None, None
         if fd is not None:
             os.close(fd)      # closing the descriptor releases the flock
+
+    def dispose(self) -> None:
+        self.release()
 
     def holder(self) -> LeaderInfo | None:
         if self.still_held():
@@ -251,6 +257,18 @@ class AdvisoryLeaderLock:
     def dispose(self) -> None:
         self.release()
         self._engine.dispose()
+
+
+def describe_leader(url: str, cluster: str, *, timeout_s: float = 5.0) -> str:
+    """One line for `shockslurm status`: who leads `cluster` on the store at `url`."""
+    lock = leader_lock(url, cluster, timeout_s=timeout_s)
+    try:
+        info = lock.holder()
+    finally:
+        lock.dispose()
+    if info is None:
+        return f"leader: none (no daemon holds the leader lock of cluster {cluster!r})"
+    return f"leader: {info.describe()} (cluster {cluster!r})"
 
 
 def leader_lock(url: str, cluster: str, *, timeout_s: float) -> LeaderLock:
