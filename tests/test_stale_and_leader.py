@@ -31,7 +31,8 @@ from shockslurm.store.leader import (AdvisoryLeaderLock, FileLeaderLock, Leaders
 from .test_crash_safety import Backend, daemon, running
 from .test_enact import job
 from .test_live import FakeBackend
-from .test_store import PG_URL, _pg_reason
+from .conftest import skip_unless_required
+from .test_store import PG_URL, _pg_reason, store_url  # noqa: F401 (a fixture)
 
 TIMEOUT_S = 0.3
 
@@ -93,6 +94,37 @@ def test_locked_store_mid_round_no_action_one_line_each_edge(engine, db, caplog)
     assert [m for m in messages if m not in down + back] == []   # nothing else above INFO
     assert _tracebacks(caplog) == []
     assert metrics.registry.get_sample_value("shockslurm_outages_total", {"what": "store"}) == 1
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_locked_postgresql_store_stops_the_round_within_the_timeout(store_url, caplog):
+    engine = open_store(store_url, create=True, timeout_s=TIMEOUT_S)
+    b = Backend([running(1), job(2, gpus=8)])
+    d = daemon(engine, b)
+    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    assert runner.attempt() is None
+    b.log.clear()
+    b._jobs.append(job(3, gpus=8))
+    admin = open_store(store_url)
+    conn = admin.connect()
+    conn.execute(text("LOCK TABLE runs, jobs, job_events, rounds, plan_entries, "
+                      "enactment_intents, throughput_samples, batch_size_changes, checkpoints "
+                      "IN ACCESS EXCLUSIVE MODE"))          # held until the rollback
+    caplog.set_level(logging.DEBUG, logger="shockslurm")
+    try:
+        t0 = time.monotonic()
+        assert runner.attempt() == d.loop.round_s
+        assert time.monotonic() - t0 < 3 * TIMEOUT_S + 1.0
+        assert b.log == []
+    finally:
+        conn.rollback()
+        conn.close()
+        admin.dispose()
+    assert runner.attempt() is None and b.log
+    down = [r.getMessage() for r in caplog.records if "store is unavailable" in r.getMessage()]
+    assert len(down) == 1 and "statement timeout" in down[0]
+    assert _tracebacks(caplog) == []
+    engine.dispose()
 
 
 def test_locked_store_at_start_up_waits_with_one_line(db, caplog):
@@ -235,7 +267,7 @@ def test_lock_of_a_store_url(db):
 def pg_url():
     reason = _pg_reason()
     if reason is not None:
-        pytest.skip(reason)
+        skip_unless_required(reason)
     return PG_URL
 
 
