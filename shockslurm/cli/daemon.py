@@ -54,13 +54,8 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
         logsetup.configure(cfg.log_format, stream=sys.stdout)
         log = logging.getLogger("shockslurm.daemon")
         backend = make_backend(cfg.backend)
-        engine = None
         if dry_run:
             backend = DryRunBackend(backend, echo=click.echo)
-        else:
-            engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
-                                        retry_s=cfg.round_seconds)
-            leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
         metrics = DaemonMetrics()
         if cfg.metrics_port and not (dry_run or once):
             try:
@@ -69,10 +64,6 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                 raise click.ClickException(
                     f"{path}, field 'daemon.metrics_port': cannot serve metrics on "
                     f"{cfg.metrics_address}:{cfg.metrics_port}: {exc.strerror or exc}") from None
-        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
-        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
-                              on_log_format=lambda fmt: logsetup.configure(fmt), leader=leader)
-        runner.install_signals()
         log.info("shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "
                  "backend=%s db=%s metrics=%s%s%s", path, cfg.policy, cfg.round_seconds,
                  cfg.grace_seconds, ",".join(cfg.partitions), backend.name, mask(cfg.db),
@@ -81,6 +72,15 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                  " (dry run)" if dry_run else "",
                  extra={"fields": {"event": "start", "policy": cfg.policy,
                                    "round_seconds": cfg.round_seconds}})
+        engine = None
+        if not dry_run:
+            engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
+                                        retry_s=cfg.round_seconds)
+            leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
+        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
+                              on_log_format=lambda fmt: logsetup.configure(fmt), leader=leader)
+        runner.install_signals()
         rounds = runner.run(max_rounds=1 if once else None)
         log.info("shockslurm daemon: stopped after %d rounds", rounds,
                  extra={"fields": {"event": "stop", "rounds": rounds}})
