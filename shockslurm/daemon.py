@@ -62,9 +62,9 @@ from .policies import make_policy
 from .slurm import enact as en
 from .slurm.journaling import JournalUnavailable
 from .slurm.live import SlurmCluster, StaleSnapshot
+from .slurm.types import SlurmBackend, SlurmError, SlurmJob
 from .store import StoreError, StoreUnavailable, open_store
 from .store.leader import LeaderLock, LeadershipLost
-from .slurm.types import SlurmBackend, SlurmError, SlurmJob
 
 log = logging.getLogger("shockslurm.daemon")
 round_log = logging.getLogger("shockslurm.daemon.round")
