@@ -370,3 +370,28 @@ def test_status_shows_the_leader(engine, db, monkeypatch):
     result = CliRunner().invoke(cli, ["status", "--db", db, "--cluster", "c1"])
     assert f"leader: pid {os.getpid()} on {socket.gethostname()} since" in result.output
     lock.dispose()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_postgresql_standby_takes_over_when_the_leader_session_ends(store_url, caplog):
+    engine = open_store(store_url, create=True, timeout_s=2)
+    cluster = f"takeover-{os.getpid()}-{time.time_ns()}"
+    b = Backend([running(1), job(2, gpus=8)])
+    cfg = parse_config({"daemon": {"round_seconds": 10, "cluster": cluster}})
+    first = DaemonRunner(daemon(engine, b), cfg,
+                         leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
+    second = DaemonRunner(daemon(engine, b), cfg,
+                          leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    try:
+        assert first.attempt() is None and b.log
+        b.log.clear()
+        assert second.attempt() == cfg.standby_retry_seconds and b.log == []
+        assert any(f"standby: pid {os.getpid()}" in r.getMessage() for r in caplog.records)
+        first.leader.dispose()                       # the leader's session ends
+        b._jobs.append(job(3, gpus=8))
+        assert second.attempt() is None and b.log and second.leading
+    finally:
+        first.leader.dispose()
+        second.leader.dispose()
+        engine.dispose()
