@@ -30,10 +30,11 @@ Why it looks like this:
   rest of the round is abandoned); a journal that cannot record an intent raises
   `JournalUnavailable` before the call, so no action is ever taken that the store does not
   know about. The daemon's runner logs, backs off and retries.
-- Stale state: `enact` first checks the age of the squeue read the round planned on; older than
+- Stale state: right before its first Slurm action (after the round's store reads and its
+  round record), `enact` checks the age of the squeue read the round planned on; older than
   `max_snapshot_age_s` (a round delayed by a slow store, a long solve) it raises
-  `StaleSnapshot` before doing anything, and the runner re-reads Slurm and re-plans. A
-  `may_act` hook (the daemon's leader lock) is asked before every Slurm action.
+  `StaleSnapshot` and does nothing, and the runner re-reads Slurm and re-plans. A `may_act`
+  hook (the daemon's leader lock) is asked before every Slurm action.
 - Impossible requests: a managed job asking more GPUs per node than any usable node of the
   managed partitions has (Slurm accepts such a job while it is held) is left out of the
   snapshot (never planned, so never released), logged once and flagged in the store.
@@ -306,7 +307,6 @@ class SlurmCluster:
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         """Stop what is not planned, then start what is; one journalled call per step."""
-        self._check_fresh()
         self.rounds += 1
         ours = [j for j in self._slurm_jobs if self._ours(j)]
         stats = EnactStats()
@@ -340,6 +340,7 @@ class SlurmCluster:
                                      f"{exc}") from exc
         self._record_impossible(snapshot.now)
         self._record_ended(ended, snapshot.now)
+        self._check_fresh()      # after the round's store reads and writes, before any action
         by_id = {j.job_id: j for j in ours}
         unsignalled: set[int] = set()
         t_enact = self._monotonic()
