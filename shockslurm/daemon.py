@@ -25,8 +25,19 @@ Crash safety and outages (`DaemonRunner.run`):
   outage and once at recovery (with its duration); retried with exponential backoff (1 s,
   doubling, at most `OUTAGE_BACKOFF_MAX_S`).
 - Store down (`JournalUnavailable`: an intent, the round, or a read the round needs cannot be
-  written/read): no action at all (nothing is done that could not be recorded); logged once,
-  retried every round, logged again at recovery.
+  written/read; every store statement waits at most `[daemon] store_timeout_seconds`): no
+  action at all (nothing is done that could not be recorded); logged once, retried every round,
+  logged again at recovery with the outage's duration. At start-up the store is opened (and
+  upgraded) by `open_store_waiting`: unavailable, it logs one line and retries every round.
+- Stale state: a round whose Slurm snapshot is older than `max_snapshot_age_seconds` when it
+  comes to act does nothing (`StaleSnapshot`); the runner re-reads Slurm and re-plans at once
+  (a second stale round in a row waits for the next round); each decision is logged.
+- One leader (`store.leader`): before any action the runner holds the store's leader lock. A
+  daemon that cannot take it is a standby: it reads nothing and acts on nothing, and tries to
+  take the lock every `standby_retry_seconds` (at most a round), so it takes over within one
+  round of the leader's death. The lock is re-checked before every Slurm action
+  (`SlurmCluster.may_act`): a leader that lost it stops at once. Transitions are logged once
+  each; the metric `shockslurm_leader` is 1 while this process leads.
 """
 
 from __future__ import annotations
@@ -50,15 +61,17 @@ from .ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from .policies import make_policy
 from .slurm import enact as en
 from .slurm.journaling import JournalUnavailable
-from .slurm.live import SlurmCluster
+from .slurm.live import SlurmCluster, StaleSnapshot
 from .slurm.types import SlurmBackend, SlurmError, SlurmJob
+from .store import StoreError, StoreUnavailable, open_store
+from .store.leader import LeaderLock, LeadershipLost
 
 log = logging.getLogger("shockslurm.daemon")
 round_log = logging.getLogger("shockslurm.daemon.round")
 
 __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_config",
            "StoreJournal", "RoundLogger", "Daemon", "build_daemon", "DaemonRunner",
-           "RC_UNKNOWN", "churn_limits"]
+           "RC_UNKNOWN", "churn_limits", "open_store_waiting"]
 
 OUTAGE_BACKOFF_START_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 60.0
@@ -182,7 +195,8 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
                            job_filter=prefix_filter(cfg.job_name_prefix, job_filter),
                            registry=journal, journal=slurm_journal, progress_source=progress,
                            round_s=cfg.round_seconds, churn=churn_limits(cfg), ledger=journal,
-                           stop_when_idle=stop_when_idle)
+                           stop_when_idle=stop_when_idle,
+                           max_snapshot_age_s=cfg.snapshot_age_bound)
     policy = make_policy(cfg.policy, cfg.policy_settings())
     logger = RoundLogger(cluster, emit, clock=clock.now)
     observers: list[Any] = [logger] + ([journal] if journal is not None else [])
@@ -190,6 +204,32 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
         observers.append(MetricsObserver(metrics, cluster, clock=clock.now))
     loop = RoundLoop(cluster, policy, clock, cfg.round_seconds, observers=observers)
     return Daemon(loop, cluster, journal, logger, progress, metrics)
+
+
+def open_store_waiting(url: str, *, timeout_s: float, retry_s: float,
+                       sleep: Callable[[float], None] = time.sleep,
+                       monotonic: Callable[[], float] = time.monotonic) -> Engine:
+    """The store, created or upgraded (`open_store(create=True)`); while it is unavailable
+    (locked, unreachable), one log line and a retry every `retry_s`, never a traceback. Other
+    store errors (newer schema, read-only) raise `StoreError`."""
+    down_since: float | None = None
+    while True:
+        try:
+            engine = open_store(url, create=True, timeout_s=timeout_s)
+        except StoreUnavailable as exc:
+            if down_since is None:
+                down_since = monotonic()
+                log.error("the store is unavailable at start-up (%s); waiting for it, retrying "
+                          "every %g s", mask(str(exc)).strip(), retry_s,
+                          extra={"fields": {"event": "outage", "what": "store"}})
+            sleep(retry_s)
+            continue
+        if down_since is not None:
+            took = monotonic() - down_since
+            log.warning("the store is available again after %.1f s; starting", took,
+                        extra={"fields": {"event": "recovered", "what": "store",
+                                          "outage_s": round(took, 3)}})
+        return engine
 
 
 # --------------------------------------------------------------------------- the process
@@ -204,12 +244,19 @@ class DaemonRunner:
       other changed keys are reported as needing a restart and keep their old value. An invalid
       new configuration is logged (naming the key) and the old one kept.
     - SIGTERM/SIGINT: the current round finishes, then `run` returns.
+    - `leader`: the store's leader lock (None: this process always leads, e.g. a dry run).
     """
 
     def __init__(self, daemon: Daemon, cfg: DaemonConfig, *,
                  load: Callable[[], DaemonConfig] | None = None,
-                 on_log_format: Callable[[str], None] | None = None) -> None:
+                 on_log_format: Callable[[str], None] | None = None,
+                 leader: LeaderLock | None = None) -> None:
         self.daemon = daemon
+        self.leader = leader
+        self.leading: bool | None = None              # None until the lock was first tried
+        self.stale_rounds = 0                         # consecutive rounds not enacted: stale
+        if leader is not None:
+            daemon.cluster.may_act = self._check_leader
         self.cfg = cfg
         self.load = load
         self.on_log_format = on_log_format
@@ -277,6 +324,7 @@ class DaemonRunner:
         cluster.grace_seconds = new.grace_seconds
         cluster.stop_timeout_s = new.stop_timeout_seconds
         cluster.churn = churn_limits(new)
+        cluster.max_snapshot_age_s = new.snapshot_age_bound
         if new.log_format != old.log_format and self.on_log_format is not None:
             self.on_log_format(new.log_format)
         self.cfg = new
@@ -290,8 +338,12 @@ class DaemonRunner:
 
     # ------------------------------------------------------------------ outages
     def attempt(self) -> float | None:
-        """One round (reconciling first when not done yet). None when it ran, else the
-        seconds to wait before the next attempt (Slurm or the store is down: nothing done)."""
+        """One round (reconciling first when not done yet), if this process leads. None when
+        it ran, else the seconds to wait before the next attempt (standby, Slurm or the store
+        down, a stale snapshot: nothing done)."""
+        standby = self._lead()
+        if standby is not None:
+            return standby
         try:
             if not self.reconciled and self.daemon.journal is not None:
                 self.daemon.reconcile()
@@ -301,8 +353,76 @@ class DaemonRunner:
             return self._slurm_failed(exc)
         except JournalUnavailable as exc:
             return self._store_failed(exc)
+        except StaleSnapshot as exc:
+            return self._stale(exc)
+        except LeadershipLost as exc:
+            self._set_leading(False, str(exc))
+            return self._standby_delay()
+        self.stale_rounds = 0
         self._recovered()
         return None
+
+    # ------------------------------------------------------------------ leadership
+    def _standby_delay(self) -> float:
+        return min(self.cfg.standby_retry_seconds, self.daemon.loop.round_s)
+
+    def _check_leader(self) -> None:
+        """`SlurmCluster.may_act`: raise `LeadershipLost` unless this process holds the lock."""
+        if self.leader is not None and not self.leader.still_held():
+            raise LeadershipLost("the leader lock was lost")
+
+    def _lead(self) -> float | None:
+        """None when this process leads (taking the lock when it is free), else the seconds
+        until the next try."""
+        if self.leader is None or self.leader.still_held():
+            return None
+        if self.leading:
+            self._set_leading(False, "the leader lock was lost")
+        try:
+            got = self.leader.acquire()
+        except StoreError as exc:
+            return self._store_failed(exc)
+        self._set_leading(got)
+        return None if got else self._standby_delay()
+
+    def _set_leading(self, leading: bool, why: str = "") -> None:
+        """Log a transition (once each) and set the metric."""
+        if leading == self.leading:
+            return
+        was, self.leading = self.leading, leading
+        cluster = self.cfg.cluster
+        if self.daemon.metrics is not None:
+            self.daemon.metrics.leader.set(1 if leading else 0)
+        fields = {"event": "leader" if leading else "standby", "cluster": cluster}
+        if leading:
+            info = getattr(self.leader, "info", None)
+            log.warning("leader: this daemon %s cluster %r%s", "leads" if info is None else
+                        f"({info.describe()}) leads", cluster,
+                        " (took over)" if was is False else "", extra={"fields": fields})
+            return
+        self.reconciled = False        # whoever led meanwhile acted: reconcile again
+        if was:
+            log.error("%s: this daemon stops acting at once and stands by for cluster %r",
+                      why or "lost the lead", cluster, extra={"fields": fields})
+            return
+        try:
+            holder = self.leader.holder() if self.leader is not None else None
+        except StoreError:
+            holder = None
+        log.warning("standby: %s leads cluster %r; this daemon takes no action and tries to "
+                    "take over every %g s", "another daemon" if holder is None else
+                    holder.describe(), cluster, self._standby_delay(), extra={"fields": fields})
+
+    # ------------------------------------------------------------------ stale snapshots
+    def _stale(self, exc: StaleSnapshot) -> float:
+        self.stale_rounds += 1
+        again = self.stale_rounds > 1
+        log.warning("round not enacted: %s; %s", exc,
+                    "stale again, next try in a round" if again
+                    else "re-reading Slurm and re-planning now",
+                    extra={"fields": {"event": "stale", "age_s": round(exc.age_s, 3),
+                                      "bound_s": exc.bound_s, "retry": not again}})
+        return self.daemon.loop.round_s if again else 0.0
 
     def _outage(self, what: str, active: bool) -> None:
         if active:

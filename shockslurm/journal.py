@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 from typing import Any, Mapping, Sequence
 
 from sqlalchemy import Engine, select
@@ -53,6 +55,11 @@ class StoreJournal:
 
     One transaction per write, committed before the Slurm call it describes, so a crash between
     the two leaves an intent without an outcome (visible, never silently lost).
+
+    Construction touches nothing: the run row (its config records this process's `host` and
+    `pid`, so every intent is traceable to the process that made it) is written by the first
+    `reconcile` or `begin_round`, i.e. under the daemon's outage handling and only once the
+    daemon leads.
     """
 
     def __init__(self, engine: Engine, *, cluster: str, policy: str,
@@ -62,13 +69,19 @@ class StoreJournal:
         self.repo = repo
         self.engine = engine
         self.cluster = cluster
-        with Session(engine) as s, s.begin():
-            self.run_id = repo.add_run(s, policy=policy, kind="live", cluster=cluster,
-                                       config=dict(config or {})).id
+        self.config = {**dict(config or {}), "host": socket.gethostname(), "pid": os.getpid()}
+        self.run_id: int | None = None
         self.policy = policy
         self._job_pk: dict[tuple[int, float], int] = {}
         self._jobs: Mapping[int, LiveJob] = {}
         self._round_id: int | None = None
+
+    def _ensure_run(self) -> None:
+        """Write this daemon's run row, once (outside any other transaction of ours)."""
+        if self.run_id is None:
+            with Session(self.engine) as s, s.begin():
+                self.run_id = self.repo.add_run(s, policy=self.policy, kind="live",
+                                                cluster=self.cluster, config=self.config).id
 
     def _pk(self, s: Session, job_id: int) -> int | None:
         live = self._jobs.get(job_id)
@@ -103,6 +116,7 @@ class StoreJournal:
     def begin_round(self, snapshot: Snapshot, plan: RoundPlan,
                     jobs: Mapping[int, LiveJob]) -> None:
         self._jobs = jobs
+        self._ensure_run()
         with Session(self.engine) as s, s.begin():
             run = s.get(self.repo.Run, self.run_id)
             entries = {}
@@ -226,6 +240,7 @@ class StoreJournal:
         """Give the intents earlier incarnations left open an outcome from Slurm's state, and
         the jobs they knew that Slurm shows finished (or no longer knows) a job event; not a
         job whose stop is under way (it exited on its USR1 and is about to be requeued)."""
+        self._ensure_run()
         r = self.repo
         by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
         # a job that exited on its USR1 shows COMPLETED until the resumed stop requeues it

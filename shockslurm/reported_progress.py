@@ -23,7 +23,10 @@ the store). Each round `refresh` gets every active job and
 - iterations/s: the latest throughput sample's samples/s over the current batch size (samples/s
   assumed unchanged across a batch-size change).
 
-A job with no reports, or whose reports cannot be read, falls back to `RunTimeProgress`.
+A job with no reports, or whose reports cannot be read, falls back to `RunTimeProgress`. A
+store that is unavailable (locked, unreachable, timed out: `store.engine.is_unavailable`) is
+not a reason to guess, though: the ingest and the reads raise `JournalUnavailable`, the round
+stops before acting and the daemon logs one store outage.
 
 It is also the cluster's `StopHistorySource` (churn bounds, `slurm.enact.ChurnLimits`): the same
 round query reads each job's latest successful checkpoint report and the failed ones after it;
@@ -49,15 +52,18 @@ from datetime import datetime, timezone
 
 from sqlalchemy import Engine, Float, Integer, String, Text, cast, func, literal, null, select
 from sqlalchemy import union_all
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
 from .model import RunLength
 from .reports.ingest import SpoolIngest
 from .slurm.enact import StopHistory
+from .slurm.journaling import JournalUnavailable
 from .slurm.progress import Progress, ProgressSource, RunTimeProgress, progress_ceiling
 from .slurm.specs import LiveSpec
 from .slurm.types import SlurmJob
 from .store import repository as repo
+from .store.engine import describe, is_unavailable
 from .store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 
 log = logging.getLogger("shockslurm.daemon")
@@ -188,6 +194,12 @@ def observed_batch_sizes(epoch_bs: Mapping[int, int | None], done: int, complete
     return RunLength(runs)
 
 
+def _unavailable(what: str, exc: BaseException) -> JournalUnavailable:
+    """A store outage during a round: the round stops before acting (the daemon logs it)."""
+    return JournalUnavailable(f"the store cannot {what}: {type(exc).__name__}: "
+                              f"{describe(exc)}")
+
+
 class ReportedProgress:
     """`ProgressSource` on the store's training reports, with a run-time fallback."""
 
@@ -214,6 +226,13 @@ class ReportedProgress:
             return 0
         try:
             n = self.spool.run(self.engine)
+        except SQLAlchemyError as exc:
+            if is_unavailable(exc):
+                raise _unavailable("ingest the spool", exc) from exc
+            # the error's class only: its message may quote a report's values
+            log.warning("spool %s: ingest failed (%s); retried next round", self.spool_dir,
+                        type(exc).__name__)
+            return 0
         except Exception as exc:   # the store's errors (never a file's content: see reports/)
             log.warning("spool %s: ingest failed (%s: %s); retried next round", self.spool_dir,
                         type(exc).__name__, exc)
@@ -235,6 +254,13 @@ class ReportedProgress:
                 wanted = {k: self._pk[k] for k in keys if k in self._pk}
                 by_pk = read_reports(s, sorted(set(wanted.values())))
                 self.queries += 1
+        except SQLAlchemyError as exc:
+            if is_unavailable(exc):
+                raise _unavailable("read training reports", exc) from exc
+            log.warning("could not read training reports (%s: %s); estimating progress from "
+                        "run time this round", type(exc).__name__, exc)
+            self.reports = {}
+            return
         except Exception as exc:
             log.warning("could not read training reports (%s: %s); estimating progress from "
                         "run time this round", type(exc).__name__, exc)
@@ -271,9 +297,15 @@ class ReportedProgress:
         """Every recorded preemption of `jobs` (any daemon incarnation) and their checkpoint
         health from this round's reports; raises when the store cannot be read (the cluster
         then falls back to its memory)."""
-        with Session(self.engine) as s:
-            found = repo.stop_history(s, self.cluster, {j.job_id: j.submit_time for j in jobs},
-                                      since=datetime.fromtimestamp(0, timezone.utc))
+        try:
+            with Session(self.engine) as s:
+                found = repo.stop_history(s, self.cluster,
+                                          {j.job_id: j.submit_time for j in jobs},
+                                          since=datetime.fromtimestamp(0, timezone.utc))
+        except SQLAlchemyError as exc:
+            if is_unavailable(exc):
+                raise _unavailable("read the stop history", exc) from exc
+            raise
         out = {}
         for j in jobs:
             r = self.reports.get((j.job_id, j.submit_time))

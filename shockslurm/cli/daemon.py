@@ -8,6 +8,11 @@ value stops the daemon before it starts, naming the key. `--dry-run` reads the r
 only prints the scontrol/scancel argv lists it would run (no store, no metrics endpoint);
 `--once` runs a single round and exits (no metrics endpoint). SIGHUP re-reads the configuration,
 SIGTERM/SIGINT finish the current round and exit 0.
+
+A store that is unavailable at start (locked, unreachable) is waited for: one log line, a retry
+every round. The daemon then acts only while it holds the store's leader lock
+(`store/leader.py`); a second daemon on the same store stands by and takes over within a round
+of the leader's death.
 """
 
 from __future__ import annotations
@@ -31,28 +36,26 @@ from ..errors import ShockslurmError
 @click.option("--once", is_flag=True, help="Run one round and exit.")
 def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     """Schedule managed Slurm jobs with a policy, one round every round_seconds."""
-    from ..daemon import DaemonRunner, build_daemon
+    from ..daemon import DaemonRunner, build_daemon, open_store_waiting
     from ..ops import logsetup
     from ..ops.config import config_path as resolve_path
     from ..ops.config import load_config, mask
     from ..ops.metrics import DaemonMetrics
     from ..slurm.backend import make_backend
     from ..slurm.dryrun import DryRunBackend
-    from ..store import open_store
+    from ..store.leader import leader_lock
 
     path = resolve_path(config_path, os.environ)
     stop_metrics = None
+    leader = None
     try:
         cfg = load_config(path, os.environ)
         # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
         logsetup.configure(cfg.log_format, stream=sys.stdout)
         log = logging.getLogger("shockslurm.daemon")
         backend = make_backend(cfg.backend)
-        engine = None
         if dry_run:
             backend = DryRunBackend(backend, echo=click.echo)
-        else:
-            engine = open_store(cfg.db, create=True)
         metrics = DaemonMetrics()
         if cfg.metrics_port and not (dry_run or once):
             try:
@@ -61,10 +64,6 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                 raise click.ClickException(
                     f"{path}, field 'daemon.metrics_port': cannot serve metrics on "
                     f"{cfg.metrics_address}:{cfg.metrics_port}: {exc.strerror or exc}") from None
-        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
-        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
-                              on_log_format=lambda fmt: logsetup.configure(fmt))
-        runner.install_signals()
         log.info("shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "
                  "backend=%s db=%s metrics=%s%s%s", path, cfg.policy, cfg.round_seconds,
                  cfg.grace_seconds, ",".join(cfg.partitions), backend.name, mask(cfg.db),
@@ -73,11 +72,22 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                  " (dry run)" if dry_run else "",
                  extra={"fields": {"event": "start", "policy": cfg.policy,
                                    "round_seconds": cfg.round_seconds}})
+        engine = None
+        if not dry_run:
+            engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
+                                        retry_s=cfg.round_seconds)
+            leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
+        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
+                              on_log_format=lambda fmt: logsetup.configure(fmt), leader=leader)
+        runner.install_signals()
         rounds = runner.run(max_rounds=1 if once else None)
         log.info("shockslurm daemon: stopped after %d rounds", rounds,
                  extra={"fields": {"event": "stop", "rounds": rounds}})
     except ShockslurmError as exc:
         raise click.ClickException(mask(str(exc))) from None
     finally:
+        if leader is not None:
+            leader.release()
         if stop_metrics is not None:
             stop_metrics()

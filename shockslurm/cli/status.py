@@ -3,6 +3,10 @@
 One `squeue --json` and one store read transaction, whatever the number of jobs (cheap enough to
 run in `watch`). `--json` prints a list of objects with the same fields, unformatted (seconds,
 floats, null for unknown) for scripts. The column definitions live in `ops/status.py`.
+
+With a store (`--db` or the config's), the table is followed by the line `leader: pid P on HOST
+since TIME`: the daemon holding the store's leader lock (`store/leader.py`), the one that acts;
+`leader: none` when no daemon holds it.
 """
 
 from __future__ import annotations
@@ -80,10 +84,14 @@ def status_cmd(db_url: str | None, config_path: Path | None, cluster: str | None
         return
     from ..ops.status import format_table
 
-    if not rows:
-        click.echo("no managed jobs")
-        return
-    click.echo(format_table(rows))
+    click.echo(format_table(rows) if rows else "no managed jobs")
+    if db_url is not None:
+        from ..store.leader import describe_leader
+
+        try:
+            click.echo(describe_leader(db_url, cluster or DEFAULT_CLUSTER))
+        except ShockslurmError as exc:
+            click.echo(f"leader: unknown ({exc})")
 
 
 def describe_job(job_id: int, db_url: str | None, cluster: str,

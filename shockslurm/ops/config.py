@@ -127,6 +127,15 @@ KEYS: tuple[Key, ...] = (
     Key("daemon", "log_format", "choice", "text",
         "`text`: one readable line per round; `json`: one JSON object per line.", reload=True,
         choices=LOG_FORMATS),
+    Key("daemon", "store_timeout_seconds", "positive", 5.0,
+        "How long one store read or write may wait (SQLite busy timeout; PostgreSQL connect, "
+        "lock and statement timeouts) before the round is abandoned as a store outage."),
+    Key("daemon", "max_snapshot_age_seconds", "optional_nonnegative", None,
+        "A round whose Slurm snapshot is older than this when it comes to act re-reads Slurm "
+        "and re-plans instead (unset = round_seconds / 2).", reload=True),
+    Key("daemon", "standby_retry_seconds", "positive", 5.0,
+        "A standby daemon (another one holds the leader lock) tries to take the lock this "
+        "often (at most every round)."),
     Key("daemon", "metrics_address", "string", "127.0.0.1",
         "Address the Prometheus endpoint binds to (`0.0.0.0` to expose it)."),
     Key("daemon", "metrics_port", "port", 9814,
@@ -163,7 +172,17 @@ class DaemonConfig:
     max_preemptions_per_day: int = 24
     max_stops_without_checkpoint: int = 3
     allow_unsigned_reports: bool = False
+    store_timeout_seconds: float = 5.0
+    max_snapshot_age_seconds: float | None = None     # None: round_seconds / 2
+    standby_retry_seconds: float = 5.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # key -> origin
+
+    @property
+    def snapshot_age_bound(self) -> float:
+        """`max_snapshot_age_seconds`, or half a round when unset."""
+        if self.max_snapshot_age_seconds is None:
+            return self.round_seconds / 2
+        return self.max_snapshot_age_seconds
 
     def policy_settings(self) -> PolicySettings:
         opts = dict(self.policy_options)

@@ -16,6 +16,7 @@ Every name starts with `shockslurm_`:
 | `shockslurm_config_reloads_total{result}` | counter | SIGHUP reloads, `ok` or `error` |
 | `shockslurm_outages_total{what}` | counter | outages begun: `slurm` (cannot be read or reached) or `store` (cannot record) |
 | `shockslurm_outage_active{what}` | gauge | 1 while that outage lasts (no actions are taken), else 0 |
+| `shockslurm_leader` | gauge | 1 while this daemon holds the store's leader lock (it alone acts), 0 while it stands by |
 
 Forecast error, defined: the first round a job is seen RUNNING, the daemon records its forecast
 remaining run time F = remaining iterations / iterations per second (the policy's view of the
@@ -108,6 +109,9 @@ class DaemonMetrics:
         self.outage_active = Gauge("shockslurm_outage_active",
                                    "1 while an outage lasts (no actions), else 0.", ["what"],
                                    registry=r)
+        self.leader = Gauge("shockslurm_leader",
+                            "1 while this daemon holds the leader lock (it alone acts), else 0.",
+                            registry=r)
         for what in OUTAGE_KINDS:
             self.outages.labels(what=what)
             self.outage_active.labels(what=what).set(0)

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from ..model import RoundPlan
 from . import enact as en
-from .journaling import EnactStats, StopHistorySource
+from .journaling import EnactStats, JournalUnavailable, StopHistorySource
 from .types import JobState, SlurmJob
 
 log = logging.getLogger("shockslurm.slurm.live")
@@ -52,6 +52,8 @@ class ChurnGuard:
         if self.stop_history is not None:
             try:
                 found = self.stop_history.stop_history(jobs)
+            except JournalUnavailable:   # the store is down: the round stops, no action
+                raise
             except Exception as exc:  # a failing store must not stop the daemon
                 log.warning("stop history unavailable (%s: %s); using this daemon's memory",
                             type(exc).__name__, exc)

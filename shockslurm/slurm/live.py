@@ -30,6 +30,11 @@ Why it looks like this:
   rest of the round is abandoned); a journal that cannot record an intent raises
   `JournalUnavailable` before the call, so no action is ever taken that the store does not
   know about. The daemon's runner logs, backs off and retries.
+- Stale state: right before its first Slurm action (after the round's store reads and its
+  round record), `enact` checks the age of the squeue read the round planned on; older than
+  `max_snapshot_age_s` (a round delayed by a slow store, a long solve) it raises
+  `StaleSnapshot` and does nothing, and the runner re-reads Slurm and re-plans. A `may_act`
+  hook (the daemon's leader lock) is asked before every Slurm action.
 - Impossible requests: a managed job asking more GPUs per node than any usable node of the
   managed partitions has (Slurm accepts such a job while it is held) is left out of the
   snapshot (never planned, so never released), logged once and flagged in the store.
@@ -51,6 +56,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Mapping, Sequence
 
+from ..errors import ShockslurmError
 from ..model import JobView, RoundPlan, RunLength, Snapshot
 from . import enact as en
 from . import stops
@@ -71,6 +77,15 @@ CONTROLLER_DOWN_RE = re.compile(
     r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
 
 
+class StaleSnapshot(ShockslurmError):
+    """The round's Slurm snapshot is too old to act on: nothing was done; re-read and re-plan."""
+
+    def __init__(self, age_s: float, bound_s: float) -> None:
+        super().__init__(f"the Slurm snapshot is {age_s:.1f} s old (bound {bound_s:g} s)")
+        self.age_s = age_s
+        self.bound_s = bound_s
+
+
 class SlurmCluster:
     """`engine.Cluster` on a real Slurm (through a `SlurmBackend`)."""
 
@@ -85,10 +100,14 @@ class SlurmCluster:
                  stop_history: StopHistorySource | None = None,
                  ledger: StopLedger | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 max_snapshot_age_s: float | None = None,
+                 may_act: Callable[[], None] | None = None) -> None:
         """`churn`: the churn bounds (default `ChurnLimits.for_round(round_s)`; `ChurnLimits(0,
         0, 0)` disables them). `stop_history`: where past stops are read (default: the progress
-        source when it provides `stop_history`, e.g. `ReportedProgress`)."""
+        source when it provides `stop_history`, e.g. `ReportedProgress`).
+        `max_snapshot_age_s`: `enact` raises `StaleSnapshot` when the squeue read is older
+        (None: no bound). `may_act`: called before every Slurm action; raises to forbid it."""
         self.backend = backend
         self.partitions = tuple(partitions)
         self.grace_seconds = float(grace_seconds)
@@ -112,6 +131,9 @@ class SlurmCluster:
         self._flags_new: list[tuple[SlurmJob, str]] = []    # flagged, not yet in the store
         self._sleep = sleep
         self._monotonic = monotonic
+        self.max_snapshot_age_s = max_snapshot_age_s
+        self.may_act = may_act
+        self.observed_at = monotonic()      # when the last squeue read returned (monotonic)
         self.gpus = 0
         self.jobs: dict[int, LiveJob] = {}
         self.rounds = 0
@@ -196,6 +218,7 @@ class SlurmCluster:
 
     def observe(self, now: float) -> Snapshot:
         slurm_jobs = self._read("squeue", self.backend.jobs)    # read 1: squeue --json
+        self.observed_at = self._monotonic()
         nodes = self._read("sinfo", self.backend.nodes)         # read 2: sinfo --json
         self._slurm_jobs = slurm_jobs
         self.gpus = self._capacity(nodes, slurm_jobs)
@@ -251,6 +274,8 @@ class SlurmCluster:
         if refresh is not None:
             try:
                 refresh([j.slurm for j in current.values()])
+            except JournalUnavailable:   # the store is down: no round on guesses
+                raise
             except Exception as exc:  # a failing source must not stop the daemon
                 log.warning("progress source refresh failed (%s: %s); using what it had",
                             type(exc).__name__, exc)
@@ -293,6 +318,13 @@ class SlurmCluster:
             exclusive_runtime_s=epoch_s * spec.epochs, run_time_s=live.run_time_s,
             ran_last_round=job.state is JobState.RUNNING)
 
+    def _check_fresh(self) -> None:
+        """Raise `StaleSnapshot` when the Slurm snapshot this round planned on is older than
+        `max_snapshot_age_s` (e.g. the store made the round wait): never act on stale state."""
+        age = self._monotonic() - self.observed_at
+        if self.max_snapshot_age_s is not None and age > self.max_snapshot_age_s:
+            raise StaleSnapshot(age, self.max_snapshot_age_s)
+
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         """Stop what is not planned, then start what is; one journalled call per step."""
         self.rounds += 1
@@ -328,6 +360,7 @@ class SlurmCluster:
                                      f"{exc}") from exc
         self._record_flags(snapshot.now)
         self._record_ended(ended, snapshot.now)
+        self._check_fresh()      # after the round's store reads and writes, before any action
         by_id = {j.job_id: j for j in ours}
         unsignalled: set[int] = set()
         t_enact = self._monotonic()
@@ -453,6 +486,8 @@ class SlurmCluster:
                             type(exc).__name__, exc)
 
     def _run(self, step: en.Step, stats: EnactStats) -> CommandResult:
+        if self.may_act is not None:     # e.g. still the leader; raises otherwise
+            self.may_act()
         try:   # never act without the intent recorded first
             handle = self.journal.intent(step)
         except JournalUnavailable:

@@ -5,11 +5,21 @@ training jobs), so SQLite runs in WAL mode with a generous busy timeout and ever
 starts with BEGIN IMMEDIATE (a deferred transaction that later wants to write can fail at once
 with "database is locked" whatever the timeout). The schema version comes from Alembic's own
 table, so a store written by a newer shockslurm is refused instead of silently misread.
+
+How long a statement may wait is `timeout_s` (`make_engine`, `open_store`): SQLite's busy
+timeout, and PostgreSQL's `lock_timeout` and `statement_timeout` (plus the connect timeout), so a
+locked or hung store fails fast with an error instead of stalling its caller. Command-line tools
+keep `DEFAULT_TIMEOUT_S`; the daemon uses `[daemon] store_timeout_seconds` (a few seconds), so a
+round never waits long on a store it then cannot use. `StoreUnavailable` (a `StoreError`) is
+what a locked, unreachable or timed-out store raises at start; `is_unavailable` tells such
+driver errors apart from bad data.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,17 +31,40 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (ArgumentError, DBAPIError, DisconnectionError, InterfaceError,
+                            NoSuchModuleError, OperationalError, SQLAlchemyError)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from ..errors import ShockslurmError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+DEFAULT_TIMEOUT_S = 30.0
 SUPPORTED = ("sqlite", "postgresql")
 
 
 class StoreError(ShockslurmError):
     """The store cannot be used: unreachable, malformed URL, read-only, or the wrong schema."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be used right now (locked, unreachable, timed out): worth a retry."""
+
+
+# SQLite primary result codes that mean "not now" (busy, locked, I/O, cannot open, protocol)
+SQLITE_UNAVAILABLE = {5, 6, 10, 14, 15}
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a database error says the store is unavailable (locked, unreachable, timed out,
+    connection lost) rather than refusing the data or lacking a table."""
+    if isinstance(exc, (InterfaceError, DisconnectionError, PoolTimeoutError)):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    code = getattr(exc.orig, "sqlite_errorcode", None)   # sqlite3 (Python >= 3.11)
+    if code is not None:
+        return code & 0xFF in SQLITE_UNAVAILABLE
+    return True     # PostgreSQL: connection lost, lock or statement timeout, server shut down
 
 
 def parse_url(url: str) -> URL:
@@ -77,12 +110,12 @@ def _check_sqlite_file(url: URL) -> None:
                          "create files beside the store)")
 
 
-def _sqlite_pragmas(engine: Engine) -> None:
+def _sqlite_pragmas(engine: Engine, timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # let us issue BEGIN ourselves (below)
         cur = dbapi_conn.cursor()
-        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
@@ -93,8 +126,21 @@ def _sqlite_pragmas(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An Engine for a SQLite path/URL or a PostgreSQL URL, with the store's connection settings.
+def postgresql_timeouts(url: URL, timeout_s: float) -> dict[str, Any]:
+    """psycopg connect arguments: connect timeout, and lock and statement timeouts, from
+    `timeout_s`, after the URL's own `options` (a connect argument replaces the URL's)."""
+    ms = max(1, int(timeout_s * 1000))
+    options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
+    own = url.query.get("options")
+    if own:
+        options = f"{own if isinstance(own, str) else ' '.join(own)} {options}"
+    return {"connect_timeout": max(2, math.ceil(timeout_s)),   # libpq: whole seconds, >= 2
+            "options": options}
+
+
+def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> Engine:
+    """An Engine for a SQLite path/URL or a PostgreSQL URL, with the store's connection settings;
+    a statement waits at most `timeout_s` for a lock (and, on PostgreSQL, runs at most that long).
 
     Nothing is connected yet; `open_store` and `upgrade` connect and check.
     """
@@ -103,9 +149,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         if parsed.get_backend_name() == "sqlite":
             _check_sqlite_file(parsed)
             engine = create_engine(parsed, **kwargs)
-            _sqlite_pragmas(engine)
+            _sqlite_pragmas(engine, timeout_s)
         else:
-            engine = create_engine(parsed, pool_pre_ping=True, **kwargs)
+            connect_args = {**postgresql_timeouts(parsed, timeout_s), **kwargs.pop("connect_args", {})}
+            engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args,
+                                   **kwargs)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreError(f"cannot use the store URL {_safe(parsed)}: {exc}") from None
     return engine
@@ -117,11 +165,17 @@ def describe(exc: BaseException) -> str:
     return " ".join(str(orig).split())
 
 
+# a server that answers and refuses: retrying does not help
+REFUSED_RE = re.compile(r"authentication failed|no password supplied|does not exist|"
+                        r"no pg_hba\.conf entry|permission denied", re.I)
+
+
 def _connect(engine: Engine) -> Connection:
     try:
         return engine.connect()
     except (DBAPIError, SQLAlchemyError) as exc:
-        raise StoreError(f"cannot reach the store {_safe(engine.url)}: {describe(exc)}") from None
+        error = StoreError if REFUSED_RE.search(describe(exc)) else StoreUnavailable
+        raise error(f"cannot reach the store {_safe(engine.url)}: {describe(exc)}") from None
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -143,7 +197,14 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The store's schema revision (None for an empty store)."""
     with _connect(engine) as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        try:
+            return MigrationContext.configure(conn).get_current_revision()
+        except SQLAlchemyError as exc:
+            if is_unavailable(exc):
+                raise StoreUnavailable(f"the store {_safe(engine.url)} cannot be read now: "
+                                       f"{describe(exc)}") from None
+            raise StoreError(f"the store {_safe(engine.url)} cannot be read: "
+                             f"{describe(exc)}") from None
 
 
 def _check_known(revision: str | None, engine: Engine) -> None:
@@ -169,20 +230,24 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     except StoreError:
         raise
     except (DBAPIError, SQLAlchemyError) as exc:
-        what = "is read-only" if _is_readonly(exc) else f"could not be upgraded: {describe(exc)}"
-        raise StoreError(f"the store {_safe(engine.url)} {what}") from None
+        if _is_readonly(exc):
+            raise StoreError(f"the store {_safe(engine.url)} is read-only") from None
+        error = StoreUnavailable if is_unavailable(exc) else StoreError
+        raise error(f"the store {_safe(engine.url)} could not be upgraded: "
+                    f"{describe(exc)}") from None
     reached = current_revision(engine)
     assert reached is not None
     return reached
 
 
-def open_store(url: str, *, create: bool = False) -> Engine:
+def open_store(url: str, *, create: bool = False,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> Engine:
     """An Engine on a store at this code's schema; `create` creates or upgrades it first.
 
-    Raises `StoreError` when the store is unreachable, newer than this code, or (without
-    `create`) empty or older.
+    Raises `StoreUnavailable` when the store is unreachable, locked or times out, `StoreError`
+    when it is newer than this code, or (without `create`) empty or older.
     """
-    engine = make_engine(url)
+    engine = make_engine(url, timeout_s=timeout_s)
     if create:
         upgrade(engine)
         return engine

@@ -1,0 +1,414 @@
+"""No action on stale state, and one leader, on fake Slurm backends and real stores:
+- a store locked by another connection (SQLite `BEGIN EXCLUSIVE`): every round stops within the
+  store timeout before any Slurm action, one outage line at each edge, no traceback; at start-up
+  `open_store_waiting` logs one line and retries;
+- a round whose Slurm snapshot got older than the bound does nothing, re-reads and re-plans
+  (fake monotonic clock);
+- the leader lock (flock beside SQLite, advisory lock on PostgreSQL): one holder, who it is,
+  released when its holder goes; a standby runner takes no action and takes over when the
+  lock is free; a leader that lost its lock stops before its next action."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from shockslurm.daemon import DaemonRunner, open_store_waiting, parse_config
+from shockslurm.model import RoundPlan
+from shockslurm.ops.metrics import DaemonMetrics
+from shockslurm.slurm.live import SlurmCluster, StaleSnapshot
+from shockslurm.store import StoreError, StoreUnavailable, open_store
+from shockslurm.store.leader import (AdvisoryLeaderLock, FileLeaderLock, LeadershipLost,
+                                     leader_lock)
+
+from .test_crash_safety import Backend, daemon, running
+from .test_enact import job
+from .test_live import FakeBackend
+from .conftest import skip_unless_required
+from .test_store import PG_URL, _pg_reason, store_url  # noqa: F401 (a fixture)
+
+TIMEOUT_S = 0.3
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "store.db")
+
+
+@pytest.fixture
+def engine(db: str):
+    e = open_store(db, create=True, timeout_s=TIMEOUT_S)
+    yield e
+    e.dispose()
+
+
+class ExclusiveLock:
+    """Another process's view of the store: `BEGIN EXCLUSIVE` held until `release`."""
+
+    def __init__(self, path: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("BEGIN EXCLUSIVE")
+
+    def release(self) -> None:
+        self.conn.execute("COMMIT")
+        self.conn.close()
+
+
+def _tracebacks(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.exc_info or "Traceback" in
+            r.getMessage()]
+
+
+# ------------------------------------------------------------------ store locked
+def test_locked_store_mid_round_no_action_one_line_each_edge(engine, db, caplog):
+    b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
+    metrics = DaemonMetrics()
+    d = daemon(engine, b, metrics=metrics, store_timeout_seconds=TIMEOUT_S)
+    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    caplog.set_level(logging.DEBUG, logger="shockslurm")
+    assert runner.attempt() is None                       # one good round first
+    b.log.clear()
+    b._jobs.append(job(4, gpus=8))                        # something to do once it is back
+    lock = ExclusiveLock(db)
+    try:
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert runner.attempt() == d.loop.round_s     # abandoned, retried next round
+            assert time.monotonic() - t0 < 5 * TIMEOUT_S + 1.0   # never the old 30 s waits
+        assert b.log == []                                 # no Slurm action while locked
+    finally:
+        lock.release()
+    assert runner.attempt() is None
+    assert b.log, "acts again within one round of the unlock"
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    down = [m for m in messages if "store is unavailable" in m]
+    back = [m for m in messages if "writable again" in m]
+    assert len(down) == 1 and "locked" in down[0] and len(back) == 1
+    assert [m for m in messages if m not in down + back] == []   # nothing else above INFO
+    assert _tracebacks(caplog) == []
+    assert metrics.registry.get_sample_value("shockslurm_outages_total", {"what": "store"}) == 1
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_locked_postgresql_store_stops_the_round_within_the_timeout(store_url, caplog):
+    engine = open_store(store_url, create=True, timeout_s=TIMEOUT_S)
+    b = Backend([running(1), job(2, gpus=8)])
+    d = daemon(engine, b)
+    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    assert runner.attempt() is None
+    b.log.clear()
+    b._jobs.append(job(3, gpus=8))
+    admin = open_store(store_url)
+    conn = admin.connect()
+    conn.execute(text("LOCK TABLE runs, jobs, job_events, rounds, plan_entries, "
+                      "enactment_intents, throughput_samples, batch_size_changes, checkpoints "
+                      "IN ACCESS EXCLUSIVE MODE"))          # held until the rollback
+    caplog.set_level(logging.DEBUG, logger="shockslurm")
+    try:
+        t0 = time.monotonic()
+        assert runner.attempt() == d.loop.round_s
+        assert time.monotonic() - t0 < 3 * TIMEOUT_S + 1.0
+        assert b.log == []
+    finally:
+        conn.rollback()
+        conn.close()
+        admin.dispose()
+    assert runner.attempt() is None and b.log
+    down = [r.getMessage() for r in caplog.records if "store is unavailable" in r.getMessage()]
+    assert len(down) == 1 and "statement timeout" in down[0]
+    assert _tracebacks(caplog) == []
+    engine.dispose()
+
+
+def test_locked_store_at_start_up_waits_with_one_line(db, caplog):
+    open_store(db, create=True).dispose()
+    lock = ExclusiveLock(db)
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        if len(sleeps) == 3:
+            lock.release()
+    caplog.set_level(logging.DEBUG, logger="shockslurm")
+    engine = open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=2.0, sleep=sleep)
+    engine.dispose()
+    assert sleeps == [2.0, 2.0, 2.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("unavailable at start-up" in m for m in lines) == 1
+    assert sum("available again after" in m for m in lines) == 1
+    assert _tracebacks(caplog) == []
+
+
+def test_start_up_refuses_what_a_retry_cannot_fix(tmp_path):
+    with pytest.raises(StoreError) as info:
+        open_store_waiting(str(tmp_path / "nodir" / "s.db"), timeout_s=TIMEOUT_S, retry_s=1,
+                           sleep=lambda s: pytest.fail("retried a missing directory"))
+    assert not isinstance(info.value, StoreUnavailable)
+
+
+def test_daemon_construction_writes_nothing(engine, db):
+    lock = ExclusiveLock(db)
+    try:
+        d = daemon(engine, Backend([running(1)]), store_timeout_seconds=TIMEOUT_S)
+    finally:
+        lock.release()
+    assert d.journal.run_id is None                 # the run row comes with the first round
+    DaemonRunner(d, parse_config({})).attempt()
+    assert d.journal.run_id is not None
+    with engine.connect() as conn:
+        config = conn.execute(text("SELECT config FROM runs WHERE kind = 'live'")).scalar()
+    assert f'"pid": {os.getpid()}' in config and socket.gethostname() in config
+
+
+# ------------------------------------------------------------------ stale snapshots
+def test_stale_snapshot_is_not_enacted():
+    t = [100.0]
+    b = FakeBackend([job(1), job(2)])
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, monotonic=lambda: t[0],
+                     max_snapshot_age_s=3.0)
+    snap = c.observe(1000.0)
+    t[0] += 3.5                                      # the round waited (a slow store, a solve)
+    with pytest.raises(StaleSnapshot, match="3.5 s old"):
+        c.enact(RoundPlan(frozenset({1})), snap)
+    assert b.log == []
+    snap = c.observe(1003.5)                        # re-read: fresh
+    t[0] += 2.9
+    c.enact(RoundPlan(frozenset({1})), snap)
+    assert [a[1] for a in b.log] == ["release"]
+
+
+def test_no_bound_means_no_check():
+    t = [0.0]
+    c = SlurmCluster(FakeBackend([job(1)]), sleep=lambda s: None, monotonic=lambda: t[0])
+    snap = c.observe(0.0)
+    t[0] += 1e6
+    c.enact(RoundPlan(frozenset({1})), snap)
+
+
+def test_a_slow_store_inside_enact_makes_the_snapshot_stale(engine):
+    b = Backend([job(1, gpus=8)])
+    d = daemon(engine, b, max_snapshot_age_seconds=2)
+    t = [0.0]
+    d.cluster._monotonic = lambda: t[0]
+    real = d.journal.begin_round
+
+    def slow(*args):                                 # the round record waited 3 s on a lock
+        t[0] += 3.0
+        real(*args)
+    d.journal.begin_round = slow
+    snap = d.cluster.observe(1000.0)
+    with pytest.raises(StaleSnapshot):
+        d.cluster.enact(RoundPlan(frozenset({1})), snap)
+    assert b.log == []
+
+
+def test_runner_re_reads_at_once_then_waits_a_round(engine, caplog):
+    b = Backend([job(1, gpus=8)])
+    d = daemon(engine, b, max_snapshot_age_seconds=2)
+    assert d.cluster.max_snapshot_age_s == 2.0
+    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    t = [0.0]
+    d.cluster._monotonic = lambda: t[0]
+    real = d.loop.policy.allocate
+
+    def slow(snapshot):                              # every solve "takes" 5 s
+        t[0] += 5.0
+        return real(snapshot)
+    d.loop.policy.allocate = slow
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    assert runner.attempt() == 0.0                   # first stale round: re-read at once
+    assert runner.attempt() == d.loop.round_s        # stale again: next round
+    assert b.log == []
+    lines = [r.getMessage() for r in caplog.records if "not enacted" in r.getMessage()]
+    assert len(lines) == 2 and "5.0 s old (bound 2 s)" in lines[0]
+    assert "re-reading Slurm" in lines[0] and "next try in a round" in lines[1]
+    d.loop.policy.allocate = real
+    assert runner.attempt() is None and b.log
+
+
+def test_defaults_of_the_new_keys():
+    cfg = parse_config({})
+    assert (cfg.store_timeout_seconds, cfg.standby_retry_seconds) == (5.0, 5.0)
+    assert parse_config({"daemon": {"round_seconds": 6}}).snapshot_age_bound == 3.0
+    assert parse_config({"daemon": {"max_snapshot_age_seconds": 0.5}}).snapshot_age_bound == 0.5
+
+
+# ------------------------------------------------------------------ the leader lock
+def test_file_lock_one_holder_who_and_release(db):
+    a, b = FileLeaderLock(db + ".leader"), FileLeaderLock(db + ".leader")
+    assert a.holder() is None
+    assert a.acquire() and a.acquire()               # idempotent
+    assert not b.acquire()
+    who = b.holder()
+    assert who is not None and (who.pid, who.host) == (os.getpid(), socket.gethostname())
+    assert abs(who.since - time.time()) < 5
+    a.release()
+    assert b.holder() is None and b.acquire() and not a.acquire()
+    b.release()
+
+
+def test_file_lock_replaced_under_the_holder_is_lost(db):
+    a, b = FileLeaderLock(db + ".leader"), FileLeaderLock(db + ".leader")
+    assert a.acquire()
+    os.unlink(db + ".leader")                        # someone removes it: b could lock anew
+    assert not a.still_held()
+    assert b.acquire()
+    b.release()
+    a.release()
+
+
+def test_file_lock_does_not_follow_a_symlink(db, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    os.symlink(target, db + ".leader")
+    with pytest.raises(StoreUnavailable):
+        FileLeaderLock(db + ".leader").acquire()
+    assert target.read_text() == "keep"
+
+
+def test_lock_of_a_store_url(db):
+    assert isinstance(leader_lock(db, "c", timeout_s=1), FileLeaderLock)
+    assert isinstance(leader_lock(f"sqlite:///{db}", "c", timeout_s=1), FileLeaderLock)
+    with pytest.raises(StoreError):
+        leader_lock("sqlite://", "c", timeout_s=1)
+
+
+@pytest.fixture
+def pg_url():
+    reason = _pg_reason()
+    if reason is not None:
+        skip_unless_required(reason)
+    return PG_URL
+
+
+def test_advisory_lock_one_holder_who_and_session_end(pg_url):
+    cluster = f"leader-test-{os.getpid()}-{time.time_ns()}"
+    a = AdvisoryLeaderLock(pg_url, cluster, timeout_s=2)
+    b = AdvisoryLeaderLock(pg_url, cluster, timeout_s=2)
+    other = AdvisoryLeaderLock(pg_url, cluster + "-other", timeout_s=2)
+    try:
+        assert b.holder() is None
+        assert a.acquire() and a.still_held() and a.acquire()
+        assert not b.acquire()
+        assert other.acquire()                       # a key per cluster
+        who = b.holder()
+        assert who is not None and who.pid == os.getpid() and abs(who.since - time.time()) < 5
+        assert socket.gethostname().startswith(who.host)   # application_name: 63 bytes
+        # the server ends the leader's session (a dropped connection): the lock is gone
+        backend_pid = a._conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        with b._engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": backend_pid})
+        assert not a.still_held()
+        assert b.acquire() and not a.acquire()
+    finally:
+        for lock in (a, b, other):
+            lock.dispose()
+
+
+def test_advisory_lock_unreachable_server_is_unavailable():
+    lock = AdvisoryLeaderLock("postgresql+psycopg://postgres@127.0.0.1:1/test", "c", timeout_s=1)
+    with pytest.raises(StoreUnavailable):
+        lock.acquire()
+    lock.dispose()
+
+
+# ------------------------------------------------------------------ standby and takeover
+def test_standby_takes_no_action_and_takes_over(engine, db, caplog):
+    b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
+    m1, m2 = DaemonMetrics(), DaemonMetrics()
+    cfg = parse_config({"daemon": {"round_seconds": 10, "standby_retry_seconds": 2}})
+    first = DaemonRunner(daemon(engine, b, metrics=m1), cfg,
+                         leader=FileLeaderLock(db + ".leader"))
+    second_d = daemon(engine, b, metrics=m2)
+    second = DaemonRunner(second_d, cfg, leader=FileLeaderLock(db + ".leader"))
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    assert first.attempt() is None and b.log
+    calls = b.calls["jobs"]
+    b.log.clear()
+    for _ in range(3):
+        assert second.attempt() == 2.0               # standby: retries every 2 s (< a round)
+    assert b.log == [] and b.calls["jobs"] == calls   # reads nothing, does nothing
+    assert second_d.journal.run_id is None            # not even a run row
+    assert (m1.registry.get_sample_value("shockslurm_leader"),
+            m2.registry.get_sample_value("shockslurm_leader")) == (1, 0)
+    standby = [r.getMessage() for r in caplog.records if r.getMessage().startswith("standby")]
+    assert len(standby) == 1 and f"pid {os.getpid()}" in standby[0]
+    first.leader.release()                           # the leader dies
+    b._jobs.append(job(4, gpus=8))
+    assert second.attempt() is None and b.log        # takes over at its next try
+    assert m2.registry.get_sample_value("shockslurm_leader") == 1
+    leader = [r.getMessage() for r in caplog.records if r.getMessage().startswith("leader")]
+    assert len(leader) == 2 and "(took over)" in leader[1]
+    second.leader.release()
+
+
+def test_a_leader_that_lost_its_lock_stops_before_the_next_action(engine, db, caplog):
+    b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
+    lock = FileLeaderLock(db + ".leader")
+    d = daemon(engine, b)
+    runner = DaemonRunner(d, parse_config({}), leader=lock)
+    assert runner.attempt() is None and runner.leading
+    b.log.clear()
+    b._jobs.append(job(4, gpus=8))
+    real = d.journal.begin_round
+
+    def lose(*args):                                 # the lock goes mid-round
+        real(*args)
+        os.unlink(db + ".leader")
+    d.journal.begin_round = lose
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    assert runner.attempt() == runner._standby_delay()
+    assert b.log == [] and runner.leading is False   # no action after the loss
+    assert sum("stops acting at once" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(LeadershipLost):
+        runner._check_leader()
+    lock.release()
+
+
+def test_status_shows_the_leader(engine, db, monkeypatch):
+    from click.testing import CliRunner
+
+    from shockslurm.cli import status as status_cli
+    from shockslurm.cli.main import cli
+
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: [])
+    result = CliRunner().invoke(cli, ["status", "--db", db, "--cluster", "c1"])
+    assert result.exit_code == 0, result.output
+    assert "leader: none" in result.output
+    lock = leader_lock(db, "c1", timeout_s=1)
+    assert lock.acquire()
+    result = CliRunner().invoke(cli, ["status", "--db", db, "--cluster", "c1"])
+    assert f"leader: pid {os.getpid()} on {socket.gethostname()} since" in result.output
+    lock.dispose()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_postgresql_standby_takes_over_when_the_leader_session_ends(store_url, caplog):
+    engine = open_store(store_url, create=True, timeout_s=2)
+    cluster = f"takeover-{os.getpid()}-{time.time_ns()}"
+    b = Backend([running(1), job(2, gpus=8)])
+    cfg = parse_config({"daemon": {"round_seconds": 10, "cluster": cluster}})
+    first = DaemonRunner(daemon(engine, b), cfg,
+                         leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
+    second = DaemonRunner(daemon(engine, b), cfg,
+                          leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    try:
+        assert first.attempt() is None and b.log
+        b.log.clear()
+        assert second.attempt() == cfg.standby_retry_seconds and b.log == []
+        assert any(f"standby: pid {os.getpid()}" in r.getMessage() for r in caplog.records)
+        first.leader.dispose()                       # the leader's session ends
+        b._jobs.append(job(3, gpus=8))
+        assert second.attempt() is None and b.log and second.leading
+    finally:
+        first.leader.dispose()
+        second.leader.dispose()
+        engine.dispose()
