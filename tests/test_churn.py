@@ -15,10 +15,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shockslurm.model import RoundPlan
-from shockslurm.reported_progress import ReportedProgress
-from shockslurm.slurm import enact as en
-from shockslurm.slurm.enact import ChurnLimits, StopHistory, bound_plan, keep_reason
-from shockslurm.slurm.live import SlurmCluster
+from shockslurm.reports.reported_progress import ReportedProgress
+from shockslurm.live import enact as en
+from shockslurm.live.enact import ChurnLimits, StopHistory, bound_plan, keep_reason
+from shockslurm.live.cluster import SlurmCluster
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store import repository as repo

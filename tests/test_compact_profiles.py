@@ -17,8 +17,8 @@ from shockslurm.forecast import ForecastState, ProfileSummary, forecast
 from shockslurm.limits import MAX_EPOCHS
 from shockslurm.model import JobView, RunLength, runs_of
 from shockslurm.policies import make_policy
-from shockslurm.reported_progress import observed_batch_sizes
-from shockslurm.slurm.live import SlurmCluster
+from shockslurm.reports.reported_progress import observed_batch_sizes
+from shockslurm.live.cluster import SlurmCluster
 
 from .test_enact import job
 from .test_live import FakeBackend

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shockslurm.model import RoundPlan
-from shockslurm.slurm.enact import commands, diff, requeue_step, start_steps, stop_steps
+from shockslurm.live.enact import commands, diff, requeue_step, start_steps, stop_steps
 from shockslurm.slurm.types import JobState, SlurmJob
 
 SPEC = 'shock:spec={"epochs":3,"model":"ResNet-18"}'
@@ -115,7 +115,7 @@ def test_nothing_to_do_is_empty():
 
 
 def test_unsignalled_jobs_are_read_from_scancel_stderr():
-    from shockslurm.slurm.enact import unsignalled
+    from shockslurm.live.enact import unsignalled
     err = ("scancel: error: Kill job error on job id 2131: Invalid job id specified\n"
            "scancel: error: Kill job error on job id 7: Job/step already completing or completed\n")
     assert unsignalled(err) == {2131, 7}

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from shockslurm.reports.ingest import ingest_spool
 from shockslurm.reports.spool_read import MAX_REPORT_BYTES
 from shockslurm.store import repository as repo
-from shockslurm.store.engine import open_store
+from shockslurm.store.database import open_store
 from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 from shockslurm.train.records import derive_key, sign, signature, validate
 

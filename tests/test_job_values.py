@@ -26,15 +26,15 @@ from sqlalchemy.orm import Session
 
 from shockslurm import limits
 from shockslurm.daemon import DaemonRunner, parse_config
-from shockslurm.journal import StoreJournal
+from shockslurm.daemon.journal import StoreJournal
 from shockslurm.model import ADAPTATION_MODES, RoundPlan, Snapshot
-from shockslurm.slurm.journaling import LiveJob
-from shockslurm.slurm.specs import (DEFAULT_SPEC, BadSpec, LiveSpec, job_spec, spec_from_comment,
+from shockslurm.live.journaling import LiveJob
+from shockslurm.live.specs import (DEFAULT_SPEC, BadSpec, LiveSpec, job_spec, spec_from_comment,
                                     spec_from_mapping)
 from shockslurm.slurm.submit import JobRequest
 from shockslurm.slurm.types import JobState, has_managed_tag
 from shockslurm.store import repository as repo
-from shockslurm.store.engine import open_store
+from shockslurm.store.database import open_store
 from shockslurm.store.models import Job, JobEvent
 from shockslurm.train.records import BOUNDS, BadReport, add_rows, validate
 

@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import replace
 
 from shockslurm.model import RoundPlan
-from shockslurm.slurm.live import SlurmCluster
-from shockslurm.slurm.specs import spec_from_comment
+from shockslurm.live.cluster import SlurmCluster
+from shockslurm.live.specs import spec_from_comment
 from shockslurm.slurm.types import CommandResult, JobState, SlurmNode
 
 from .test_enact import job

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session
 
 from shockslurm.daemon import build_daemon, parse_config
 from shockslurm.forecast import ForecastState, forecast
-from shockslurm.reported_progress import ReportedProgress
-from shockslurm.slurm.live import SlurmCluster
-from shockslurm.slurm.progress import RunTimeProgress
+from shockslurm.reports.reported_progress import ReportedProgress
+from shockslurm.live.cluster import SlurmCluster
+from shockslurm.live.progress_source import RunTimeProgress
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store import repository as repo
@@ -159,7 +159,7 @@ def test_progress_is_kept_short_of_the_end_and_stale_positions_ignored(store):
 
 
 def test_unreadable_store_falls_back_to_run_time(tmp_path, caplog):
-    from shockslurm.store.engine import make_engine
+    from shockslurm.store.database import make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")   # no tables at all
     cluster = SlurmCluster(FakeBackend([live_job(1)]),

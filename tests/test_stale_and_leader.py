@@ -23,7 +23,7 @@ from sqlalchemy import text
 from shockslurm.daemon import DaemonRunner, open_store_waiting, parse_config
 from shockslurm.model import RoundPlan
 from shockslurm.ops.metrics import DaemonMetrics
-from shockslurm.slurm.live import SlurmCluster, StaleSnapshot
+from shockslurm.live.cluster import SlurmCluster, StaleSnapshot
 from shockslurm.store import StoreError, StoreUnavailable, open_store
 from shockslurm.store.leader import (AdvisoryLeaderLock, FileLeaderLock, LeadershipLost,
                                      leader_lock)

@@ -27,7 +27,7 @@ from shockslurm.cli.main import cli
 from shockslurm.store import StoreError, current_revision, head_revision, make_engine, open_store
 from shockslurm.store import repository as repo
 from shockslurm.store.ddl import generate_ddl
-from shockslurm.store.engine import upgrade
+from shockslurm.store.database import upgrade
 from shockslurm.store.models import (Base, BatchSizeChange, Checkpoint, EnactmentIntent, Job,
                                      JobEvent, PlanEntry, Round, Run, ThroughputSample)
 

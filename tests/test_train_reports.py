@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from shockslurm.reports.ingest import ingest_spool
 from shockslurm.store import repository as repo
-from shockslurm.store.engine import open_store
+from shockslurm.store.database import open_store
 from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 from shockslurm.train.records import derive_key
 from shockslurm.train.reports import Reporter, SpoolSink, StoreSink, reporter_from_env

@@ -59,7 +59,7 @@ def bench_round(jobs: int, policy: str, partition: str, workers: int = 8) -> dic
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..daemon import build_daemon, parse_config
+    from ..daemon.runner import build_daemon, parse_config
     from ..slurm.backend import make_backend
     from ..slurm.dryrun import DryRunBackend
 

@@ -36,7 +36,7 @@ from ..errors import ShockslurmError
 @click.option("--once", is_flag=True, help="Run one round and exit.")
 def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     """Schedule managed Slurm jobs with a policy, one round every round_seconds."""
-    from ..daemon import DaemonRunner, build_daemon, open_store_waiting
+    from ..daemon.runner import DaemonRunner, build_daemon, open_store_waiting
     from ..ops import logsetup
     from ..ops.config import config_path as resolve_path
     from ..ops.config import load_config, mask

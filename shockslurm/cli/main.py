@@ -24,7 +24,7 @@ from .bench_switch import switch_cost_cmd
 from .config import config_group
 from .daemon import daemon_cmd
 from .db import DB_HELP, db_group, record_simulation
-from .progress import DelayedProgress
+from .progress_bar import DelayedProgress
 from .report import report_cmd
 from .status import status_cmd
 

@@ -65,7 +65,7 @@ def status_cmd(db_url: str | None, config_path: Path | None, cluster: str | None
     """Managed jobs: state, GPUs, epochs done, forecast remaining, rho estimate, preemptions."""
     partitions = None
     if config_path is not None:
-        from ..daemon import load_config
+        from ..daemon.runner import load_config
 
         try:
             cfg = load_config(config_path)

@@ -34,8 +34,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..forecast import dirichlet_remaining_time
-from ..slurm import specs
-from ..slurm.specs import LiveSpec, epoch_seconds
+from ..live import specs
+from ..live.specs import LiveSpec, epoch_seconds
 from ..slurm.types import SlurmJob
 from ..store.models import EnactmentIntent, Job, JobEvent, Round, Run, ThroughputSample
 from ..store.repository import REGISTRY_KIND

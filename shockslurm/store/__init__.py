@@ -8,7 +8,7 @@ the package: policies, the simulator and Slurm stay unaware of it, and `cli/` wi
 
 from __future__ import annotations
 
-from .engine import (StoreError, StoreUnavailable, current_revision, head_revision, is_unavailable,
+from .database import (StoreError, StoreUnavailable, current_revision, head_revision, is_unavailable,
                      make_engine, open_store, upgrade)
 
 __all__ = ["StoreError", "StoreUnavailable", "current_revision", "head_revision",

@@ -39,7 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from ..errors import ShockslurmError
-from .engine import StoreError, StoreUnavailable, describe, make_engine, parse_url
+from .database import StoreError, StoreUnavailable, describe, make_engine, parse_url
 
 LOCK_SUFFIX = ".leader"
 APP_NAME_RE = re.compile(r"^shockslurm leader pid=(\d+) since=(\d+) host=(.*)$")

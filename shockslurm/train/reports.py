@@ -75,7 +75,7 @@ class StoreSink:
     def send(self, report: dict[str, Any]) -> None:
         from sqlalchemy.orm import Session
 
-        from ..store.engine import open_store
+        from ..store.database import open_store
         from .records import add_rows, check_report
 
         if self._engine is None:

@@ -178,7 +178,7 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
         # ... after at least two stops, each announced by the signal and a checkpoint. One
         # rerun without a signal is allowed only after training had finished: a stop whose
         # signal lands in the second the trainer exits cannot be told from its checkpoint-and-
-        # exit, so the daemon requeues (slurm/live.py `_not_done_before_signal`); the rerun
+        # exit, so the daemon requeues (live/cluster.py `_not_done_before_signal`); the rerun
         # resumes at the end (step 240) and exits.
         runs: list[int] = []
         before: list[str] = []          # per run: what ended the previous one

@@ -1,7 +1,7 @@
 """The live cluster's contracts with its memory (the store, wired in by the daemon) and the
 records it keeps per job: `Journal` (rounds, an intent before each Slurm call, its outcome),
 `StopLedger` (stops under way), `StopHistorySource` (past preemptions, checkpoint health).
-`slurm/` never imports the store; `shockslurm.journal` implements these on it."""
+`slurm/` never imports the store; `shockslurm.daemon.journal` implements these on it."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Mapping, Protocol, Sequence
 from ..errors import ShockslurmError
 from ..model import RoundPlan, Snapshot
 from . import enact as en
-from .progress import Progress
+from .progress_source import Progress
 from .specs import LiveSpec
-from .types import CommandResult, SlurmJob
+from ..slurm.types import CommandResult, SlurmJob
 
 
 class JournalUnavailable(ShockslurmError):

@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 from ..model import RoundPlan
 from . import enact as en
 from .journaling import EnactStats, JournalUnavailable, StopHistorySource
-from .types import JobState, SlurmJob
+from ..slurm.types import JobState, SlurmJob
 
-log = logging.getLogger("shockslurm.slurm.live")
+log = logging.getLogger("shockslurm.live.cluster")
 
 
 class ChurnGuard:

@@ -63,10 +63,10 @@ from . import stops
 from .churn import ChurnGuard
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
                          StopHistorySource, StopLedger)
-from .progress import ProgressSource, RunTimeProgress
+from .progress_source import ProgressSource, RunTimeProgress
 from .specs import (DEFAULT_EPOCH_SECONDS, DEFAULT_SPEC, BadSpec, LiveSpec, SpecRegistry,
                     epoch_seconds, has_spec, job_spec)
-from .types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob, SlurmNode
+from ..slurm.types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 

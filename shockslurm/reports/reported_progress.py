@@ -24,7 +24,7 @@ the store). Each round `refresh` gets every active job and
   assumed unchanged across a batch-size change).
 
 A job with no reports, or whose reports cannot be read, falls back to `RunTimeProgress`. A
-store that is unavailable (locked, unreachable, timed out: `store.engine.is_unavailable`) is
+store that is unavailable (locked, unreachable, timed out: `store.database.is_unavailable`) is
 not a reason to guess, though: the ingest and the reads raise `JournalUnavailable`, the round
 stops before acting and the daemon logs one store outage.
 
@@ -55,16 +55,16 @@ from sqlalchemy import union_all
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
-from .model import RunLength
-from .reports.ingest import SpoolIngest
-from .slurm.enact import StopHistory
-from .slurm.journaling import JournalUnavailable
-from .slurm.progress import Progress, ProgressSource, RunTimeProgress, progress_ceiling
-from .slurm.specs import LiveSpec
-from .slurm.types import SlurmJob
-from .store import repository as repo
-from .store.engine import describe, is_unavailable
-from .store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
+from ..model import RunLength
+from .ingest import SpoolIngest
+from ..live.enact import StopHistory
+from ..live.journaling import JournalUnavailable
+from ..live.progress_source import Progress, ProgressSource, RunTimeProgress, progress_ceiling
+from ..live.specs import LiveSpec
+from ..slurm.types import SlurmJob
+from ..store import repository as repo
+from ..store.database import describe, is_unavailable
+from ..store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 
 log = logging.getLogger("shockslurm.daemon")
 

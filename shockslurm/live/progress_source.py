@@ -1,6 +1,6 @@
 """Where a live job's progress comes from: the `ProgressSource` protocol and its default, an
 estimate from the run time the daemon observed (the training helper's reports replace it, see
-`shockslurm.reported_progress`)."""
+`shockslurm.reports.reported_progress`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from .specs import LiveSpec
-from .types import SlurmJob
+from ..slurm.types import SlurmJob
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import math
 from typing import Mapping, Sequence
 
 from .journaling import JournalUnavailable, StopLedger
-from .types import JobState, SlurmJob
+from ..slurm.types import JobState, SlurmJob
 
 
 def ended_before(job: SlurmJob, t: float) -> bool:

@@ -3,7 +3,7 @@
 `SpecRegistry` (specs registered by `shocksub --db`) and `StopLedger` (stops under way and past
 preemptions, for crash safety and churn bounds), and reconciles the store with Slurm at start.
 
-Only `daemon.py` wires it; `slurm/` never imports the store.
+Only `daemon/` wires it; `live/` and `slurm/` never import the store.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from .model import RoundPlan, Snapshot
-from .slurm import enact as en
-from .slurm.journaling import JournalUnavailable, LiveJob
-from .slurm.specs import epoch_seconds
-from .slurm.types import CommandResult, JobState, SlurmJob
+from ..model import RoundPlan, Snapshot
+from ..live import enact as en
+from ..live.journaling import JournalUnavailable, LiveJob
+from ..live.specs import epoch_seconds
+from ..slurm.types import CommandResult, JobState, SlurmJob
 
 log = logging.getLogger("shockslurm.daemon")
 
@@ -64,7 +64,7 @@ class StoreJournal:
 
     def __init__(self, engine: Engine, *, cluster: str, policy: str,
                  config: Mapping[str, Any] | None = None) -> None:
-        from .store import repository as repo
+        from ..store import repository as repo
 
         self.repo = repo
         self.engine = engine

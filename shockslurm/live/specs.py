@@ -6,7 +6,7 @@ Any user writes these values (the comment with `sbatch --comment`, the registrat
 missing takes its default, a key that is present must be valid. A spec that is not (not JSON,
 longer than `MAX_SPEC_CHARS`, nested too deep, a wrong type, NaN or infinity, out of bounds)
 raises `BadSpec`, naming the field; the live cluster then leaves that job held, flags it once in
-the store and the log with the reason, and schedules every other job as usual (`slurm/live.py`).
+the store and the log with the reason, and schedules every other job as usual (`live/cluster.py`).
 Held rather than run with defaults: a spec decides the job's share, and a job must not get one by
 declaring garbage. The user cancels and resubmits with a valid spec.
 """
@@ -22,7 +22,7 @@ from .. import limits
 from ..errors import InputError
 from ..model import ADAPTATION_MODES
 from ..workload.catalogue import CATALOGUE
-from .types import SPEC_PREFIX, SlurmJob
+from ..slurm.types import SPEC_PREFIX, SlurmJob
 
 DEFAULT_EPOCH_SECONDS = 600.0     # a job that declares nothing: ten minutes per epoch
 DEFAULT_EPOCHS = 1

@@ -1,12 +1,4 @@
-"""The live daemon: the simulator's round loop on Slurm, with its configuration and its store.
-
-    RoundLoop(SlurmCluster(backend), make_policy(...), WallClock(), round_seconds)
-
-Like `cli/`, this module wires layers together (Slurm, the store, policies); the layers
-themselves stay unaware of one another: `slurm.live` only knows the `Journal` and
-`SpecRegistry` protocols, implemented here on the store, and the `ProgressSource` protocol,
-implemented on the training reports in the store by `reported_progress.ReportedProgress` (which
-also ingests the spool directory `[daemon] spool_dir` each round).
+"""The daemon's process: rounds on the wall clock around the daemon `build.build_daemon` wires.
 
 Configuration lives in `ops/config.py` (one table of keys: validation, `shockslurm config check`,
 the README table and contrib/shockslurm.toml come from it); a bad value is a `ConfigError` naming
@@ -46,28 +38,23 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
-from sqlalchemy import Engine
-
-from .engine import RoundLoop, WallClock
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..live.cluster import StaleSnapshot
+from ..live.journaling import JournalUnavailable
+from ..ops.config import (BACKENDS, KEYS, SETTINGS_KEYS, DaemonConfig, load_config, mask,
+                          parse_config)
+from ..policies import make_policy
+from ..slurm.types import SlurmError
+from ..store import StoreError
+from ..store.leader import LeaderLock, LeadershipLost
+from .build import Daemon, build_daemon, churn_limits, open_store_waiting
 from .journal import RC_UNKNOWN, StoreJournal
-from .model import RoundPlan, Snapshot
-from .ops.config import (BACKENDS, KEYS, SETTINGS_KEYS, DaemonConfig, load_config, mask,
-                         parse_config)
-from .ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
-from .policies import make_policy
-from .slurm import enact as en
-from .slurm.journaling import JournalUnavailable
-from .slurm.live import SlurmCluster, StaleSnapshot
-from .slurm.types import SlurmBackend, SlurmError, SlurmJob
-from .store import StoreError, StoreUnavailable, open_store
-from .store.leader import LeaderLock, LeadershipLost
+from .round_log import RoundLogger
 
 log = logging.getLogger("shockslurm.daemon")
-round_log = logging.getLogger("shockslurm.daemon.round")
 
 __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_config",
            "StoreJournal", "RoundLogger", "Daemon", "build_daemon", "DaemonRunner",
@@ -75,162 +62,6 @@ __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_co
 
 OUTAGE_BACKOFF_START_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 60.0
-
-
-class RoundLogger:
-    """One log line per round with the essentials; `fields` carries them structured (the JSON
-    log format emits them as keys): round, active, running, started, stopped, held,
-    failed_calls, gpus_used, gpus_total, solve_s, round_s, status."""
-
-    def __init__(self, cluster: SlurmCluster, emit: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.cluster = cluster
-        self.emit = emit
-        self.clock = clock
-        self.lines: list[str] = []
-
-    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
-        st = self.cluster.last_stats
-        status = plan.info.get("status")
-        fields = {"round": snapshot.round_index, "active": len(snapshot.jobs),
-                  "running": len(plan.run), "started": st.started, "stopped": st.stopped,
-                  "held": st.held, "failed_calls": st.failed_calls,
-                  "gpus_used": plan.gpus_used(snapshot), "gpus_total": snapshot.gpus,
-                  "solve_s": round(solve_s, 3),
-                  "round_s": round(max(0.0, self.clock() - snapshot.now), 3),
-                  "status": "ok" if status is None else str(status),
-                  "kept": len(st.kept), "dropped": len(st.dropped),
-                  "grace_wait_s": round(st.grace_wait_s, 3),
-                  "stop_wait_s": round(st.stop_wait_s, 3)}
-        line = (f"round {fields['round']}: active={fields['active']} "
-                f"running={fields['running']} started={fields['started']} "
-                f"stopped={fields['stopped']} held={fields['held']} "
-                f"gpus={fields['gpus_used']}/{fields['gpus_total']} "
-                f"failed_calls={fields['failed_calls']} kept={fields['kept']} "
-                f"dropped={fields['dropped']} grace_wait_s={st.grace_wait_s:.1f} "
-                f"stop_wait_s={st.stop_wait_s:.1f} solve_s={solve_s:.3f} "
-                f"round_s={fields['round_s']:.3f} status={fields['status']}")
-        self.lines.append(line)
-        if self.emit is not None:
-            self.emit(line)
-        else:
-            round_log.info(line, extra={"fields": {"event": "round", **fields}})
-
-
-@dataclass
-class Daemon:
-    loop: RoundLoop
-    cluster: SlurmCluster
-    journal: StoreJournal | None
-    logger: RoundLogger
-    progress: Any = None            # ReportedProgress when the daemon has a store
-    metrics: DaemonMetrics | None = None
-
-    def reconcile(self, now: float | None = None) -> dict[str, int]:
-        """Start-up reconciliation of the store with Slurm (see the module); raises
-        `SlurmError` when Slurm cannot be read, `JournalUnavailable` when the store cannot."""
-        if self.journal is None:
-            return {}
-        jobs = self.cluster._read("squeue", self.cluster.backend.jobs)
-        counts = self.journal.reconcile(jobs, time.time() if now is None else now)
-        if any(counts.values()):
-            log.info("reconciled the store with Slurm: %s", ", ".join(
-                f"{k}={v}" for k, v in counts.items()),
-                extra={"fields": {"event": "reconcile", **counts}})
-        return counts
-
-
-def prefix_filter(prefix: str, job_filter: Callable[[SlurmJob], bool] | None = None
-                  ) -> Callable[[SlurmJob], bool] | None:
-    """`[daemon] job_name_prefix` combined with an in-process `job_filter` (tests)."""
-    if not prefix:
-        return job_filter
-    if job_filter is None:
-        return lambda j: j.name.startswith(prefix)
-    return lambda j: j.name.startswith(prefix) and job_filter(j)
-
-
-def churn_limits(cfg: DaemonConfig) -> en.ChurnLimits:
-    return en.ChurnLimits.for_round(cfg.round_seconds, min_run_seconds=cfg.min_run_seconds,
-                                    max_preemptions_per_day=cfg.max_preemptions_per_day,
-                                    max_stops_without_checkpoint=cfg.max_stops_without_checkpoint)
-
-
-def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | None = None,
-                 job_filter: Callable[[SlurmJob], bool] | None = None,
-                 stop_when_idle: bool = False, clock: Any = None,
-                 emit: Callable[[str], None] | None = None,
-                 metrics: DaemonMetrics | None = None) -> Daemon:
-    """Wire the loop: cluster on `backend`, policy from `cfg`, the store when `engine` is given
-    (journal, spec registry, and progress from the training reports, spool ingested each round),
-    the metrics when `metrics` is given."""
-    journal = None
-    progress = None
-    if engine is not None:
-        from .reported_progress import ReportedProgress
-
-        progress = ReportedProgress(engine, cluster=cfg.cluster, spool_dir=cfg.spool_dir or None,
-                                    rejected_dir=cfg.rejected_dir,
-                                    allow_unsigned_reports=cfg.allow_unsigned_reports)
-        journal = StoreJournal(engine, cluster=cfg.cluster, policy=cfg.policy,
-                               config={"round_seconds": cfg.round_seconds,
-                                       "grace_seconds": cfg.grace_seconds,
-                                       "partitions": list(cfg.partitions),
-                                       "backend": getattr(backend, "name", cfg.backend),
-                                       "spool_dir": cfg.spool_dir,
-                                       "job_name_prefix": cfg.job_name_prefix,
-                                       "min_run_seconds": cfg.min_run_seconds,
-                                       "max_preemptions_per_day": cfg.max_preemptions_per_day,
-                                       "max_stops_without_checkpoint":
-                                           cfg.max_stops_without_checkpoint,
-                                       "policy_options": dict(cfg.policy_options)})
-    elif cfg.spool_dir:
-        log.warning("spool_dir %s is not ingested: the daemon has no store", cfg.spool_dir)
-    slurm_journal: Any = journal
-    if metrics is not None:
-        slurm_journal = MetricsJournal(journal, metrics)
-    clock = clock or WallClock()
-    cluster = SlurmCluster(backend, partitions=cfg.partitions, grace_seconds=cfg.grace_seconds,
-                           stop_timeout_s=cfg.stop_timeout_seconds,
-                           job_filter=prefix_filter(cfg.job_name_prefix, job_filter),
-                           registry=journal, journal=slurm_journal, progress_source=progress,
-                           round_s=cfg.round_seconds, churn=churn_limits(cfg), ledger=journal,
-                           stop_when_idle=stop_when_idle,
-                           max_snapshot_age_s=cfg.snapshot_age_bound)
-    policy = make_policy(cfg.policy, cfg.policy_settings())
-    logger = RoundLogger(cluster, emit, clock=clock.now)
-    observers: list[Any] = [logger] + ([journal] if journal is not None else [])
-    if metrics is not None:
-        observers.append(MetricsObserver(metrics, cluster, clock=clock.now))
-    loop = RoundLoop(cluster, policy, clock, cfg.round_seconds, observers=observers)
-    return Daemon(loop, cluster, journal, logger, progress, metrics)
-
-
-def open_store_waiting(url: str, *, timeout_s: float, retry_s: float,
-                       sleep: Callable[[float], None] = time.sleep,
-                       monotonic: Callable[[], float] = time.monotonic) -> Engine:
-    """The store, created or upgraded (`open_store(create=True)`); while it is unavailable
-    (locked, unreachable), one log line and a retry every `retry_s`, never a traceback. Other
-    store errors (newer schema, read-only) raise `StoreError`."""
-    down_since: float | None = None
-    while True:
-        try:
-            engine = open_store(url, create=True, timeout_s=timeout_s)
-        except StoreUnavailable as exc:
-            if down_since is None:
-                down_since = monotonic()
-                log.error("the store is unavailable at start-up (%s); waiting for it, retrying "
-                          "every %g s", mask(str(exc)).strip(), retry_s,
-                          extra={"fields": {"event": "outage", "what": "store"}})
-            sleep(retry_s)
-            continue
-        if down_since is not None:
-            took = monotonic() - down_since
-            log.warning("the store is available again after %.1f s; starting", took,
-                        extra={"fields": {"event": "recovered", "what": "store",
-                                          "outage_s": round(took, 3)}})
-        return engine
-
 
 # --------------------------------------------------------------------------- the process
 RUNTIME_KEYS = frozenset(k.name for k in KEYS if k.reload and k.section == "daemon")

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence
 
 from ..model import RoundPlan
-from .types import JobState, SlurmJob
+from ..slurm.types import JobState, SlurmJob
 
 BEGIN_TIME_REASON = "BeginTime"
 # scancel (22.05) names each job it could not signal on stderr, one line each:
