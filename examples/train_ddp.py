@@ -18,13 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shockslurm.train  # noqa: E402,F401  first: a stop signal while torch loads is kept
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
 from shockslurm.train import ShockTrainer  # noqa: E402
 from train_mnist_like import SCHEDULE, make_data, make_model  # noqa: E402
 
@@ -57,7 +59,10 @@ def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
                 opt.step()
                 if args.sleep:
                     time.sleep(args.sleep)
-                st.step()
+                if st.step():     # every rank stops at this step; rank 0 checkpointed it
+                    break
+        if st.should_stop:
+            return                # main() leaves the process group, then exits 0
         if rank == 0 and args.out:
             torch.save(model.state_dict(), args.out)
         print(f"rank {rank} finished step {st.global_step}", flush=True)
@@ -87,13 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(args.seed + rank)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    try:
-        train(args, ddp, model, opt, rank, world, device)
-    except SystemExit:       # the helper stopped every rank at the same step, checkpoint written
-        _shutdown()
-        raise
+    train(args, ddp, model, opt, rank, world, device)
     _shutdown()              # (after an error, no barrier: the other ranks may never reach it)
-    return 0
+    return 0                 # also after a stop: exit 0, Slurm requeues, the rerun resumes
 
 
 if __name__ == "__main__":

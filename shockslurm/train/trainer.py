@@ -1,19 +1,35 @@
 """`ShockTrainer`: a few lines around a user's loop for checkpoint, stop-on-signal, exact resume
 and reports.
 
+    import shockslurm.train                     # first: stop signals are kept from here on
+    import torch
+    from shockslurm.train import ShockTrainer
+
     with ShockTrainer(model, optimizer, scheduler=sched, ckpt_dir=d, every_steps=50) as st:
         for epoch, batch_size, batches in st.epochs(dataset, [32, 32, 64, 128]):
             for step, (x, y) in batches:
                 ...forward, backward, optimizer.step()...
-                st.step()
+                if st.step():                   # a stop was asked: checkpoint written
+                    st.save_and_exit()          # exit 0: Slurm requeues, the rerun resumes
             sched.step()
 
-What it guarantees: when the job is stopped (SIGUSR1/SIGTERM, the stop file, `request_stop`) the
-current step finishes, a checkpoint is written and the process exits with code 0 (Slurm requeues
-the job; see `lease`); when it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in
-`ckpt_dir`) it loads the newest good checkpoint and continues with the same batches in the same
-order and the same RNG streams, so the final weights are bit-identical to an uninterrupted run
-(given deterministic kernels and the same number of threads/devices).
+The stop outcome is explicit: `step()` returns True once a stop was asked (SIGUSR1/SIGTERM, the
+stop file, `request_stop`) and agreed by every rank; by then the current step is checkpointed and
+`st.should_stop` stays True. The loop decides what to do: `st.save_and_exit()` (exit code 0, so
+the job is requeued and resumes), or `break` and its own cleanup (e.g. tearing down
+torch.distributed) before exiting 0. `epochs()` yields no further batch after a stop. Nothing is
+raised from `step()` unless `exit_on_stop=True` (then `step()` calls `save_and_exit()` itself).
+
+Signals are handled from the moment the trainer is built (and, inside a Slurm job or torchrun,
+from `import shockslurm.train`: see `lease`); a signal that came earlier is honoured at the first
+`step()`. The `with` form resumes on entry and puts the previous signal handlers back on exit;
+without it, the trainer resumes at the first `epochs()` (or an explicit `resume()`), and `close()`
+ends it.
+
+When it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in `ckpt_dir`) it loads the newest
+good checkpoint and continues with the same batches in the same order and the same RNG streams,
+so the final weights are bit-identical to an uninterrupted run (given deterministic kernels and
+the same number of threads/devices).
 
 The data order is a seeded permutation per epoch (`torch.randperm` with a generator seeded from
 `(seed, epoch)`) cut into batches of that epoch's size; the data position saved is
@@ -91,13 +107,21 @@ def _length(dataset: Any) -> int:
 
 
 class ShockTrainer:
-    """Checkpoint / lease / report helper around a training loop (a context manager)."""
+    """Checkpoint / lease / report helper around a training loop (best used as a context manager).
+
+    model, optimizer, scheduler, scaler: what is checkpointed (a DDP / DataParallel / compiled
+    model is saved by its inner module's keys). ckpt_dir: where checkpoints go (`keep` newest are
+    kept). every_steps / every_seconds: checkpoint cadence. seed: the data order's seed.
+    check_every: poll the stop flag every that many steps (always at the first). exit_on_stop:
+    `step()` exits the process itself on a stop (default: it returns True). resume: load the
+    newest checkpoint on entry. reporter / lease: injected instead of the ones built from the
+    environment. extras: a dict of your own saved with every checkpoint (`st.extras`)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  *, ckpt_dir: str | os.PathLike[str], scheduler: Any = None, scaler: Any = None,
                  every_steps: int | None = None, every_seconds: float | None = 600.0,
                  keep: int = 3, seed: int = 0, check_every: int = 1,
-                 checkpoint_epochs: bool = False, exit_on_stop: bool = True, resume: bool = True,
+                 checkpoint_epochs: bool = False, exit_on_stop: bool = False, resume: bool = True,
                  report_interval_s: float = 10.0, reporter: Reporter | None = None,
                  lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
         self.model, self.optimizer = model, optimizer
@@ -132,22 +156,47 @@ class ShockTrainer:
         self._last_batch_len = 0
         self._window_start = time.perf_counter()
         self._window_samples = 0
-        self._entered = False
+        self._until_poll = 1            # the first step always polls: an early signal stops it
+        self._started = False
+        self._stop_logged = False
+        self.lease.install()            # from construction on, with or without `with`
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> "ShockTrainer":
-        self.lease.install()
-        self._entered = True
-        if self.resume_enabled:
-            self.resume()
+        self.start()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Resume from the newest good checkpoint (once; `with` and `epochs()` call this)."""
+        if self._started:
+            return
+        self._started = True
+        if self.resume_enabled:
+            self.resume()
+
     def close(self) -> None:
+        """Put the previous signal handlers back and flush the reports."""
         self.lease.close()
         self.reporter.close()
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a stop was asked and agreed at a step: the checkpoint of that step is written
+        and the loop should end (`save_and_exit()`, or its own cleanup, then exit 0)."""
+        return self.stopped
+
+    def save_and_exit(self, code: int = 0) -> None:
+        """End the process for Slurm to requeue it: checkpoint the current step unless that is
+        done, close the trainer, exit with `code` (0: the rerun resumes from the checkpoint)."""
+        if self._last_save_step != self.global_step:
+            self.save()
+        log.warning("shockslurm.train: exiting %d at step %d for Slurm to requeue", code,
+                    self.global_step)
+        self.close()
+        raise SystemExit(code)
 
     # ------------------------------------------------------------------ checkpoint
     def state(self) -> dict[str, Any]:
@@ -188,6 +237,7 @@ class ShockTrainer:
 
     def resume(self) -> bool:
         """Load the newest good checkpoint, if any; True when one was loaded."""
+        self._started = True
         found = self.ckpt.load_latest()
         if found is None:
             if _env.restart_count() > 0:
@@ -231,6 +281,7 @@ class ShockTrainer:
             else:
                 raise ValueError("give num_epochs (the schedule does not say how many)")
         self.num_epochs = num_epochs
+        self.start()
         n = _length(dataset)
         resumed = getattr(self, "_resume_pending", False)
         self._resume_pending = False
@@ -281,8 +332,10 @@ class ShockTrainer:
 
     # ------------------------------------------------------------------ per step
     def step(self, samples: int | None = None) -> bool:
-        """Call after each optimizer step. Checkpoints on schedule; on a stop request finishes
-        here: checkpoint, then `SystemExit(0)` (or returns True with exit_on_stop=False)."""
+        """Call after each optimizer step. Checkpoints on schedule. Returns True when the loop
+        must stop (a stop was asked; this step is checkpointed; `should_stop` is True from now
+        on), else False. With exit_on_stop=True it exits the process instead of returning True.
+        `samples`: this step's sample count when not the batch `epochs()` gave."""
         self.global_step += 1
         self.step_in_epoch += 1
         self._window_samples += self._last_batch_len if samples is None else int(samples)
@@ -299,7 +352,9 @@ class ShockTrainer:
         time_due = (self.every_seconds is not None
                     and time.monotonic() - self._last_save_time >= self.every_seconds)
         stop = False
-        if self.global_step % self.check_every == 0:
+        self._until_poll -= 1
+        if self._until_poll <= 0:
+            self._until_poll = self.check_every
             stop, time_due = self.lease.poll(time_due)   # one collective under torch.distributed
         elif _env.distributed():
             time_due = False     # each rank's clock differs: decided at the next agreed poll
@@ -317,9 +372,10 @@ class ShockTrainer:
         if self._last_save_step != self.global_step:
             self.save()
         self.stopped = True
-        log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written, exiting 0 "
-                    "for Slurm to requeue", self.global_step, self.stop_reason)
+        if not self._stop_logged:
+            self._stop_logged = True
+            log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written",
+                        self.global_step, self.stop_reason)
         if self.exit_on_stop:
-            self.close()
-            raise SystemExit(0)
+            self.save_and_exit(0)
         return True
