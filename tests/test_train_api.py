@@ -19,8 +19,8 @@ from shockslurm.train import Lease, ShockTrainer, lease  # noqa: E402
 from shockslurm.train.reports import Reporter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-API = ["CheckpointManager", "CorruptCheckpoint", "Lease", "Reporter", "ShockTrainer",
-       "install_signal_handlers", "load_checkpoint"]
+API = ["CheckpointManager", "CorruptCheckpoint", "Lease", "Reporter", "ResumableSampler",
+       "ShockTrainer", "install_signal_handlers", "load_checkpoint"]
 
 # A job's script: the helper first, then (once the test has signalled it) torch and the loop.
 JOB = r"""

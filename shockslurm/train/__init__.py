@@ -21,6 +21,8 @@ Public names (`__all__`, all lazily imported, so `import shockslurm.train` does 
 - `CheckpointManager`, `load_checkpoint`, `CorruptCheckpoint`: the checkpoint files, plain
   `torch.save` dicts that `torch.load(path, weights_only=True)` reads, each with a sha256 sidecar
   (see `checkpoint`).
+- `ResumableSampler`: your own DataLoader's sampler, resumed mid-epoch without loading what was
+  already trained on (`st.sampler(dataset)`, `st.epoch_range(n)`, `st.batches(loader)`; see `data`).
 - `Lease`: the stop flag on its own, for loops that want only that (see `lease`).
 - `Reporter`: progress reports to the store or the daemon's spool (see `reports`).
 - `install_signal_handlers`: record SIGUSR1/SIGTERM from now on, for the first trainer to honour.
@@ -42,6 +44,7 @@ _EXPORTS = {
     "load_checkpoint": "checkpoint",
     "Lease": "lease",
     "Reporter": "reports",
+    "ResumableSampler": "data",
     "install_signal_handlers": "lease",
 }
 

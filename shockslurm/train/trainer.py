@@ -31,6 +31,20 @@ good checkpoint and continues with the same batches in the same order and the sa
 so the final weights are bit-identical to an uninterrupted run (given deterministic kernels and
 the same number of threads/devices).
 
+Your own DataLoader (workers, pinned memory, collate, one DataLoader per batch size of your
+schedule) instead of `epochs()`:
+
+    loaders = {bs: DataLoader(ds, batch_size=bs, sampler=st.sampler(ds), num_workers=2)
+               for bs in (32, 64)}
+    for epoch in st.epoch_range(10):
+        for step, (x, y) in st.batches(loaders[32 if epoch < 5 else 64]):
+            ...
+            if st.step():
+                st.save_and_exit()
+
+`st.sampler()` is a `data.ResumableSampler` (sharded by rank, like DistributedSampler), so an
+interrupted epoch resumes after the samples already trained on without loading them.
+
 The data order is a seeded permutation per epoch (`torch.randperm` with a generator seeded from
 `(seed, epoch)`) cut into batches of that epoch's size; the data position saved is
 (epoch, step in epoch, batch size), the sampler state is the seed. The batch size is fixed within
@@ -51,6 +65,7 @@ import torch
 
 from . import _env
 from .checkpoint import CheckpointManager, capture, restore
+from .data import ResumableSampler, epoch_generator, permutation, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 
@@ -78,13 +93,6 @@ def batch_size_for(schedule: Schedule, epoch: int) -> int:
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"batch size for epoch {epoch} must be a positive int, got {size!r}")
     return size
-
-
-def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
-    """The epoch's sample order: independent of every global RNG, so resuming cannot shift it."""
-    gen = torch.Generator()
-    gen.manual_seed((int(seed) * 1_000_003 + int(epoch)) % (2 ** 63))
-    return torch.randperm(n, generator=gen)
 
 
 def fetch(dataset: Any, indices: torch.Tensor) -> Any:
@@ -158,6 +166,7 @@ class ShockTrainer:
         self._window_samples = 0
         self._until_poll = 1            # the first step always polls: an early signal stops it
         self._started = False
+        self._resume_pending = False    # a checkpoint was loaded: the next epoch continues it
         self._stop_logged = False
         self.lease.install()            # from construction on, with or without `with`
 
@@ -283,7 +292,7 @@ class ShockTrainer:
         self.num_epochs = num_epochs
         self.start()
         n = _length(dataset)
-        resumed = getattr(self, "_resume_pending", False)
+        resumed = self._resume_pending
         self._resume_pending = False
         epoch = self.epoch
         while epoch < num_epochs:
@@ -294,14 +303,7 @@ class ShockTrainer:
             else:
                 size = batch_size_for(batch_size_schedule, epoch)
                 start = 0
-                if self.batch_size is not None and size != self.batch_size:
-                    change = {"step": self.global_step, "epoch": epoch,
-                              "old": int(self.batch_size), "new": size}
-                    self.batch_size_changes.append(change)
-                    self.reporter.batch_size_change(change["old"], size, epoch=epoch,
-                                                    step=self.global_step)
-                    log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
-                             change["old"], size, epoch, self.global_step)
+                self._note_batch_size(epoch, size)
             resumed = False
             self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
             self.steps_per_epoch = math.ceil(n / size)
@@ -318,6 +320,99 @@ class ShockTrainer:
                 self.epoch, self.step_in_epoch = epoch, 0
                 self.save()
         self.epoch, self.step_in_epoch = num_epochs, 0
+
+    def _note_batch_size(self, epoch: int, size: int) -> None:
+        """Report a batch size that differs from the previous epoch's."""
+        if self.batch_size is not None and size != self.batch_size:
+            change = {"step": self.global_step, "epoch": epoch, "old": int(self.batch_size),
+                      "new": size}
+            self.batch_size_changes.append(change)
+            self.reporter.batch_size_change(change["old"], size, epoch=epoch,
+                                            step=self.global_step)
+            log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
+                     change["old"], size, epoch, self.global_step)
+
+    # ------------------------------------------------------------------ your own DataLoader
+    def sampler(self, data: Any, *, shuffle: bool = True, drop_last: bool = False,
+                num_replicas: int | None = None, rank: int | None = None) -> ResumableSampler:
+        """A sampler for your DataLoader that `batches()` resumes exactly (see `data`): the
+        trainer's seed, sharded over the ranks (torch.distributed / RANK, WORLD_SIZE) unless
+        told otherwise."""
+        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+                                num_replicas=_env.world_size() if num_replicas is None
+                                else num_replicas,
+                                rank=_env.rank() if rank is None else rank)
+
+    def epoch_range(self, num_epochs: int) -> Iterator[int]:
+        """The epochs from the current position on (for loops over your own DataLoader). After
+        each epoch's body: the epoch is reported, and the end of training (and each epoch with
+        checkpoint_epochs) is checkpointed; after a stop, no further epoch."""
+        self.num_epochs = num_epochs
+        self.start()
+        epoch = self.epoch
+        while epoch < num_epochs:
+            if epoch != self.epoch:
+                self.epoch, self.step_in_epoch = epoch, 0
+            yield epoch
+            if self.stopped:
+                return
+            self.reporter.epoch_done(epoch, self.global_step, batch_size=self.batch_size or 0,
+                                     epochs=num_epochs)
+            epoch += 1
+            if epoch >= num_epochs or self.checkpoint_epochs:
+                self.epoch, self.step_in_epoch = epoch, 0
+                self.save()
+        self.epoch, self.step_in_epoch = num_epochs, 0
+
+    def batches(self, loader: Any) -> Iterator[tuple[int, Any]]:
+        """One epoch of your DataLoader from the current position: yields (step in epoch,
+        batch). The epoch's batch size is the loader's times the ranks its sampler shards over
+        (what is reported; a change is reported too). After a resume the interrupted epoch
+        continues after the batches already trained on: skipped in the sampler with
+        `st.sampler()`, else loaded and dropped (a warning says so)."""
+        self.start()
+        per_rank = getattr(loader, "batch_size", None)
+        if per_rank is None:
+            raise ValueError("shockslurm.train: batches() needs a DataLoader with a batch_size "
+                             "(one DataLoader per batch size of your schedule)")
+        sampler = resumable_sampler(loader)
+        inner = sampler if sampler is not None else getattr(loader, "sampler", None)
+        size = per_rank * int(getattr(inner, "num_replicas", 1))
+        resuming = self._resume_pending and self.step_in_epoch > 0
+        self._resume_pending = False
+        if resuming and self.batch_size not in (None, size):
+            raise ValueError(f"shockslurm.train: the checkpoint is {self.step_in_epoch} batches "
+                             f"of {self.batch_size} into epoch {self.epoch}; this DataLoader's "
+                             f"batch size is {size}: an epoch resumes with its own batch size")
+        if not resuming:
+            self.step_in_epoch = 0
+            self._note_batch_size(self.epoch, size)
+        self.batch_size = size
+        skip = self.step_in_epoch
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(self.epoch)           # ours, or a DistributedSampler
+        if sampler is not None:
+            sampler.start_at(skip * per_rank)
+            skip = 0
+        elif skip:
+            log.warning("shockslurm.train: resuming by loading and dropping %d batches (give the "
+                        "DataLoader sampler=st.sampler(dataset) to skip them without loading)",
+                        skip)
+        loader.generator = epoch_generator(self.seed, self.epoch)
+        try:
+            self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
+        except TypeError:                         # an IterableDataset without __len__
+            self.steps_per_epoch = 0
+        self._window_start, self._window_samples = time.perf_counter(), 0
+        step = self.step_in_epoch
+        for i, batch in enumerate(loader):
+            if i < skip:
+                continue
+            if self.stopped:
+                return
+            self._last_batch_len = size
+            yield step, batch
+            step += 1
 
     def _batches(self, dataset: Any, n: int, size: int, start: int,
                  shuffle: bool) -> Iterator[tuple[int, Any]]:
