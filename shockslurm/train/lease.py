@@ -67,14 +67,14 @@ def early_signals_wanted() -> bool:
 def install_signal_handlers(signals: Iterable[int] = DEFAULT_SIGNALS) -> bool:
     """Record `signals` from now on (for the first `Lease.install` to honour) instead of dying of
     them. Main thread only; a signal whose disposition is not the default is left alone. True
-    when the handlers are in place (now or from an earlier call)."""
+    when the early handler is in place for any of them (now or from an earlier call)."""
     if threading.current_thread() is not threading.main_thread():
         return False
+    signals = tuple(signals)
     for signum in signals:
-        if signum in _early_previous or signal.getsignal(signum) is not signal.SIG_DFL:
-            continue
-        _early_previous[signum] = signal.signal(signum, _early_handler)
-    return bool(_early_previous)
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            _early_previous[signum] = signal.signal(signum, _early_handler)
+    return any(signal.getsignal(signum) is _early_handler for signum in signals)
 
 
 def uninstall_signal_handlers() -> None:
