@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The MNIST-like example data-parallel: DistributedDataParallel under torchrun (or srun).
 
-Each rank takes its slice of every batch; the ranks are seeded apart (their noise and dropout
-differ), so an exact resume needs every rank's RNG states, which the helper gathers into rank 0's
-checkpoint. Only rank 0 writes checkpoints and reports; a stop (SIGUSR1/SIGTERM to any rank, or
-the stop file) is agreed by all ranks at the same step. Uses NCCL on GPUs, gloo on CPUs.
+Each rank reads only its own shard through its own DataLoader (`--workers` worker processes,
+pinned memory on GPUs) with the helper's resumable sampler; the global batch size follows
+SCHEDULE (per rank: its share), one DataLoader per size. The ranks are seeded apart (their noise
+and dropout differ), so an exact resume needs every rank's RNG states, which the helper gathers
+into rank 0's checkpoint. Only rank 0 writes checkpoints and reports; a stop (SIGUSR1/SIGTERM to
+any rank, or the stop file) is agreed by all ranks at the same step. Uses NCCL on GPUs, gloo on
+CPUs.
 
     torchrun --standalone --nproc-per-node 2 examples/train_ddp.py --ckpt-dir /tmp/ck --out w.pt
 """
@@ -18,13 +21,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shockslurm.train  # noqa: E402,F401  first: a stop signal while torch loads is kept
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
 from shockslurm.train import ShockTrainer  # noqa: E402
 from train_mnist_like import SCHEDULE, make_data, make_model  # noqa: E402
 
@@ -38,18 +44,23 @@ def _shutdown() -> None:
 
 def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
           opt: torch.optim.Optimizer, rank: int, world: int, device: torch.device) -> None:
-    x, y = make_data()
+    dataset = TensorDataset(*make_data())
     loss_fn = nn.CrossEntropyLoss()
     with ShockTrainer(ddp, opt, ckpt_dir=args.ckpt_dir, every_steps=None,
                       every_seconds=args.every_seconds, seed=args.seed) as st:
+        sampler = st.sampler(dataset)          # this rank's shard, resumable mid-epoch
+        loaders = {size: DataLoader(dataset, batch_size=size // world, sampler=sampler,
+                                    num_workers=args.workers, pin_memory=device.type == "cuda")
+                   for size in set(SCHEDULE)}
         if args.pid_dir:      # signal handlers are installed from here on
             Path(args.pid_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
         if st.resumed_from:
             print(f"rank {rank} resumed {st.resumed_from.name} step {st.global_step}",
                   flush=True)
-        for _, _, batches in st.epochs((x, y), SCHEDULE, args.epochs):
-            for _, (xb, yb) in batches:
-                xb, yb = xb[rank::world].to(device), yb[rank::world].to(device)
+        for epoch in st.epoch_range(args.epochs):
+            size = SCHEDULE[min(epoch, len(SCHEDULE) - 1)]
+            for _, (xb, yb) in st.batches(loaders[size]):
+                xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
                 if random.random() < 0.5:
                     xb = xb + 0.1 * torch.randn_like(xb)
                 opt.zero_grad(set_to_none=True)
@@ -57,7 +68,12 @@ def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
                 opt.step()
                 if args.sleep:
                     time.sleep(args.sleep)
-                st.step()
+                if st.step():     # every rank stops at this step; rank 0 checkpointed it
+                    break
+            if st.should_stop:
+                break
+        if st.should_stop:
+            return                # main() leaves the process group, then exits 0
         if rank == 0 and args.out:
             torch.save(model.state_dict(), args.out)
         print(f"rank {rank} finished step {st.global_step}", flush=True)
@@ -68,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ckpt-dir", required=True)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
     ap.add_argument("--every-seconds", type=float, default=600.0)
     ap.add_argument("--out", help="rank 0 writes the final state_dict here")
     ap.add_argument("--sleep", type=float, default=0.0, help="extra seconds per step (tests)")
@@ -87,13 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(args.seed + rank)
     ddp = DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-    try:
-        train(args, ddp, model, opt, rank, world, device)
-    except SystemExit:       # the helper stopped every rank at the same step, checkpoint written
-        _shutdown()
-        raise
+    train(args, ddp, model, opt, rank, world, device)
     _shutdown()              # (after an error, no barrier: the other ranks may never reach it)
-    return 0
+    return 0                 # also after a stop: exit 0, Slurm requeues, the rerun resumes
 
 
 if __name__ == "__main__":

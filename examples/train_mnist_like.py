@@ -21,10 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+import shockslurm.train  # noqa: E402,F401  first: a stop signal while torch loads is kept
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
 from shockslurm.train import ShockTrainer  # noqa: E402
 
 SCHEDULE = [32, 32, 64, 128]   # epochs past the end keep 128
@@ -85,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
                 opt.step()
                 if args.sleep:
                     time.sleep(args.sleep)
-                st.step()
+                stop = st.step()            # True: a stop was asked, this step is checkpointed
                 if not args.quiet:
                     print(f"step {st.global_step} epoch {epoch} bs {batch_size} "
                           f"loss {loss.item():.4f}", flush=True)
+                if stop:
+                    st.save_and_exit()      # exit 0: Slurm requeues, the rerun resumes
                 if args.steps is not None and st.global_step >= args.steps:
                     done = True
                     break

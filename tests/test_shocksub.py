@@ -216,6 +216,59 @@ def test_signal_is_forwarded_to_training(fake_slurm: dict, tmp_path: Path,
     assert f"after SIG{sig.name.removeprefix('SIG')}" in err
 
 
+def test_trainer_killed_by_the_forwarded_signal_exits_0(fake_slurm: dict,
+                                                        tmp_path: Path) -> None:
+    """A USR1 that reaches the trainer before it has handlers (Python still starting) kills it;
+    srun then exits 138, which the script reports as a stop (0: requeued, resumed)."""
+    ready = tmp_path / "ready"
+    (tmp_path / "train.py").write_text(f"import pathlib, time\npathlib.Path({str(ready)!r})"
+                                       ".touch()\ntime.sleep(30)\n")
+    script = tmp_path / "job.sbatch"
+    script.write_text(_render(replace(SINGLE, command=(sys.executable,
+                                                       str(tmp_path / "train.py")))))
+    proc = subprocess.Popen(["bash", str(script)], env=fake_slurm, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "training never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "exited with code 138 after SIGUSR1" in err
+    assert "a stop before the trainer could handle it" in err and proc.returncode == 0
+
+
+def test_signal_before_training_starts_exits_0_without_training(fake_slurm: dict,
+                                                                tmp_path: Path) -> None:
+    """USR1 while the script is still setting up (here: in `scontrol show hostnames`) neither
+    kills the shell nor is lost: training is not started, the script exits 0."""
+    ready = tmp_path / "ready"
+    (tmp_path / "bin" / "scontrol").write_text(f"#!/bin/bash\ntouch {shlex.quote(str(ready))}\n"
+                                               "sleep 1\necho gpu01\n")
+    script = tmp_path / "job.sbatch"
+    script.write_text(_render(MULTI))
+    proc = subprocess.Popen(["bash", str(script)], env=fake_slurm, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "script never started"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "SIGUSR1 before training started" in err and "torchrun-arg" not in out
+
+
 def test_multi_node_script_runs_torchrun(fake_slurm: dict, tmp_path: Path) -> None:
     res = _run_script(MULTI, fake_slurm, tmp_path, CUDA_VISIBLE_DEVICES="0,1,2,3",
                       SLURM_NNODES="2", SLURM_JOB_ID="9", SLURM_JOB_NODELIST="gpu[01-02]")

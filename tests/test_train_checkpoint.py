@@ -1,4 +1,5 @@
-"""shockslurm.train.checkpoint: round trip of every state kind, corruption, rotation, rank 0."""
+"""shockslurm.train.checkpoint: round trip of every state kind, corruption, rotation, rank 0, the
+standard format (`torch.load(weights_only=True)`, sidecar checksum, unwrapped keys), format 1."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")  # CI installs torch (tests/run.sh); never skipped there
 
-from shockslurm.train.checkpoint import (HEADER_SIZE, CheckpointManager, CorruptCheckpoint,  # noqa: E402
-                                         capture, decode, encode, restore)
+from shockslurm.train.checkpoint import (CheckpointManager, CorruptCheckpoint,  # noqa: E402
+                                         capture, decode_legacy, encode_legacy,
+                                         read_checkpoint, restore, sidecar_path, sidecar_text)
 
 
 def _objects(seed: int = 0):
@@ -103,7 +105,7 @@ def _three(tmp_path):
 
 def _corrupt_flip(path):
     data = bytearray(path.read_bytes())
-    data[HEADER_SIZE + len(data[HEADER_SIZE:]) // 2] ^= 0xFF
+    data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
 
 
@@ -128,16 +130,23 @@ def _corrupt_empty(path):
 
 
 def _corrupt_bad_pickle_good_sum(path):
-    import hashlib
-    import struct
     payload = b"not a pickle at all"
-    path.write_bytes(struct.pack(">8sQ32s", b"SHCKPT01", len(payload),
-                                 hashlib.sha256(payload).digest()) + payload)
+    path.write_bytes(payload)
+    sidecar_path(path).write_text(sidecar_text(payload, path.name))
+
+
+def _corrupt_no_sidecar(path):
+    sidecar_path(path).unlink()
+
+
+def _corrupt_sidecar(path):
+    sidecar_path(path).write_text("0" * 10)
 
 
 @pytest.mark.parametrize("damage", [_corrupt_flip, _corrupt_truncate, _corrupt_torn,
                                     _corrupt_header, _corrupt_empty,
-                                    _corrupt_bad_pickle_good_sum])
+                                    _corrupt_bad_pickle_good_sum, _corrupt_no_sidecar,
+                                    _corrupt_sidecar])
 def test_bad_newest_falls_back_to_previous_with_warning(tmp_path, caplog, damage):
     mgr = _three(tmp_path)
     newest = mgr.path_for(30)
@@ -164,15 +173,31 @@ def test_two_bad_then_good_and_all_bad(tmp_path, caplog):
     assert CheckpointManager(tmp_path).load_latest() is None
 
 
-def test_decode_reasons():
-    data = encode({"format": 1, "x": 1})
-    assert decode(data)["x"] == 1
+def test_read_reasons(tmp_path):
+    mgr = CheckpointManager(tmp_path, is_writer=True)
+    path = mgr.save({"format": 2, "x": 1}, 1)
+    assert read_checkpoint(path)["x"] == 1
+    assert sidecar_path(path).read_text().split() == [
+        __import__("hashlib").sha256(path.read_bytes()).hexdigest(), path.name]
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    with pytest.raises(CorruptCheckpoint, match="sha256 differs"):
+        read_checkpoint(path)
+    path.write_bytes(data)
+    sidecar_path(path).unlink()
+    with pytest.raises(CorruptCheckpoint, match="no checksum file"):
+        read_checkpoint(path)
+
+
+def test_legacy_decode_reasons():
+    data = encode_legacy({"format": 1, "x": 1})
+    assert decode_legacy(data)["x"] == 1
     with pytest.raises(CorruptCheckpoint, match="truncated"):
-        decode(data[:-1])
+        decode_legacy(data[:-1])
     with pytest.raises(CorruptCheckpoint, match="magic"):
-        decode(b"X" + data[1:])
+        decode_legacy(b"X" + data[1:])
     with pytest.raises(CorruptCheckpoint, match="sha256"):
-        decode(data[:-1] + bytes([data[-1] ^ 1]))
+        decode_legacy(data[:-1] + bytes([data[-1] ^ 1]))
 
 
 def test_keep_last_k_and_stale_tmp_swept(tmp_path):
@@ -182,7 +207,11 @@ def test_keep_last_k_and_stale_tmp_swept(tmp_path):
         mgr.save({"format": 1, "step": step}, step)
     assert [s for s, _ in mgr.checkpoints()] == [5, 6, 7]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "ckpt-000000000005.pt", "ckpt-000000000006.pt", "ckpt-000000000007.pt"]
+        f"ckpt-00000000000{k}.pt{suffix}" for k in (5, 6, 7) for suffix in ("", ".sha256")]
+    # a sidecar whose checkpoint never landed (a save that died between the two) is swept
+    (tmp_path / "ckpt-000000000009.pt.sha256").write_text("x")
+    mgr.save({"format": 1, "step": 8}, 8)
+    assert not (tmp_path / "ckpt-000000000009.pt.sha256").exists()
     with pytest.raises(ValueError):
         CheckpointManager(tmp_path, keep=0)
 
@@ -222,4 +251,88 @@ def test_atomic_write_leaves_no_temporary(tmp_path):
     mgr = CheckpointManager(tmp_path, is_writer=True)
     mgr.save({"format": 1, "step": 1}, 1)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-    assert os.stat(mgr.path_for(1)).st_size > HEADER_SIZE
+    assert os.stat(mgr.path_for(1)).st_size > 0
+    assert sidecar_path(mgr.path_for(1)).exists()
+
+
+# ---------------------------------------------------------------- the standard format
+
+def test_torch_load_weights_only_reads_the_whole_state(tmp_path, caplog):
+    model, opt, sched, scaler = _objects()
+    _train_a_bit(model, opt, sched, scaler)
+    state = capture(model, opt, scheduler=sched, scaler=scaler, data={"epoch": 1}, step=3,
+                    batch_size=16, extras={"best": 0.5, "tags": ["a", "b"]})
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        path = CheckpointManager(tmp_path, is_writer=True).save(state, 3)
+        loaded = torch.load(path, weights_only=True)
+        assert CheckpointManager(tmp_path).load_latest()[1]["step"] == 3
+    assert not caplog.records                          # no fallback to a full pickle
+    assert loaded["format"] == 2 and loaded["step"] == 3 and loaded["batch_size"] == 16
+    fresh = _objects(seed=99)
+    fresh[0].load_state_dict(loaded["model"])          # a plain load_state_dict takes it
+    _assert_same_state(model.state_dict(), fresh[0].state_dict())
+    restore(loaded, *fresh[:2], scheduler=fresh[2], scaler=fresh[3])
+    _assert_same_state(opt.state_dict(), fresh[1].state_dict())
+    assert isinstance(loaded["rng"]["numpy"]["keys"], torch.Tensor)
+
+
+def test_ddp_keys_are_unwrapped_and_restore_into_either(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0,
+                            world_size=1)
+    try:
+        model = _objects()[0]
+        ddp = DistributedDataParallel(model)
+        assert all(k.startswith("module.") for k in ddp.state_dict())
+        path = CheckpointManager(tmp_path / "ck").save(capture(ddp, step=1), 1)
+        saved = torch.load(path, weights_only=True)["model"]
+        assert list(saved) == list(model.state_dict())           # no "module." prefix
+        plain = _objects(seed=5)[0]
+        plain.load_state_dict(saved)
+        other = DistributedDataParallel(_objects(seed=6)[0])
+        restore(read_checkpoint(path), other, rng=False)
+        _assert_same_state(model.state_dict(), other.module.state_dict())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_format_1_checkpoints_still_restore(tmp_path):
+    """A checkpoint of the earlier format: header + pickle, numpy RNG as numpy's tuple, DDP keys
+    with the `module.` prefix."""
+    model, opt, sched, scaler = _objects()
+    np.random.seed(11)
+    old = capture(model, opt, step=5)
+    old.update(format=1, model={f"module.{k}": v for k, v in model.state_dict().items()})
+    old["rng"]["numpy"] = np.random.get_state()
+    expected = float(np.random.rand())
+    (tmp_path / "ckpt-000000000005.pt").write_bytes(encode_legacy(old))
+    np.random.seed(0)
+    path, state = CheckpointManager(tmp_path).load_latest()
+    fresh = _objects(seed=3)
+    restore(state, fresh[0], fresh[1])
+    _assert_same_state(model.state_dict(), fresh[0].state_dict())
+    assert float(np.random.rand()) == expected
+    with pytest.raises(CorruptCheckpoint, match="unknown checkpoint format 7"):
+        restore({**state, "format": 7}, fresh[0])
+
+
+def test_extras_weights_only_refuses_still_load_with_a_warning(tmp_path, caplog):
+    from fractions import Fraction
+    mgr = CheckpointManager(tmp_path, is_writer=True)
+    path = mgr.save({"format": 2, "step": 1, "extras": {"ratio": Fraction(1, 3)}}, 1)
+    with pytest.raises(Exception):
+        torch.load(path, weights_only=True)
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        _, state = CheckpointManager(tmp_path).load_latest()
+    assert state["extras"]["ratio"] == Fraction(1, 3)
+    assert "weights_only" in caplog.records[0].getMessage()
+
+
+def test_load_checkpoint_file_or_directory(tmp_path):
+    from shockslurm.train import load_checkpoint
+    with pytest.raises(FileNotFoundError, match="no good checkpoint"):
+        load_checkpoint(tmp_path)
+    mgr = _three(tmp_path)
+    assert load_checkpoint(tmp_path)["step"] == 30
+    assert load_checkpoint(mgr.path_for(20))["step"] == 20

@@ -74,6 +74,9 @@ def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
     assert found is not None
     ranks = found[1]["rng_ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+    # a standard file: torch.load reads it without unpickling code, keys of the unwrapped model
+    plain = torch.load(found[0], weights_only=True)
+    assert plain["model"].keys() == reference.keys()
 
     again = subprocess.run(_torchrun(tmp_path, "ck", "final.pt"), capture_output=True, text=True,
                            timeout=180, env=_env())

@@ -1,22 +1,34 @@
 """Atomic, checksummed, rotated checkpoints of everything a training loop needs to resume exactly.
 
-File format (one file per checkpoint, `ckpt-<step:012d>.pt`):
+Files (per checkpoint, in the checkpoint directory):
 
-    8 bytes   magic  b"SHCKPT01"
-    8 bytes   payload length, big-endian unsigned
-    32 bytes  sha256 of the payload
-    payload   torch.save() of a dict
+    ckpt-<step:012d>.pt          torch.save() of a plain dict: tensors, numbers, strings, lists,
+                                 dicts, so `torch.load(path, weights_only=True)` reads it
+    ckpt-<step:012d>.pt.sha256   its sha256, in `sha256sum` format ("<hex>  <name>"):
+                                 `sha256sum -c ckpt-000000000200.pt.sha256` checks it by hand
 
-Writing (rank 0 only): serialise to memory, write header + payload to a temporary file in the
-same directory, flush + fsync it, `os.replace` it onto the final name, fsync the directory, then
-delete all but the newest `keep` checkpoints. A crash at any moment leaves either the old set of
-files or the old set plus one complete new file (plus perhaps a stale `.tmp`, swept by the next
-save). Reading (any rank): newest first; a file that is short, has a bad magic, a wrong length or
-a wrong checksum, or does not unpickle is logged as a warning naming it and the next older one is
-tried.
+The dict (`capture`): "format" (2), "step", "model" (the state_dict of the model itself: a DDP,
+DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` prefix), "optimizer",
+"scheduler", "scaler", "rng" (python, numpy as a tensor, torch, cuda), "data" (the data position),
+"batch_size", "extras" (the user's own), and "rng_ranks" in a multi-rank run. So
 
-The payload is a pickle (`torch.load(weights_only=False)`: RNG states hold numpy arrays and
-tuples), so only load checkpoints from a directory you trust — your own job's.
+    state = torch.load("ckpt/ckpt-000000000200.pt", weights_only=True)
+    model.load_state_dict(state["model"])
+
+Writing (rank 0 only): serialise to memory, write the sidecar, then the file, each to a temporary
+file in the same directory, flushed, fsynced and `os.replace`d onto its name (then the directory
+is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any moment leaves
+the old set of checkpoints plus at most one new one that is either complete with its sidecar or
+fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
+Reading (any rank): newest first; a file without its sidecar, with a wrong checksum, or that does
+not load is logged as a warning naming it and the next older one is tried.
+
+Extras that are not tensors / plain containers (your own classes) still save, but
+`weights_only=True` refuses them; the helper then loads its own checkpoint as a full pickle (with
+a warning), so only point it at a directory you trust: your own job's.
+
+Older checkpoints (format 1: a `SHCKPT01` header with the checksum, then the pickle; `module.`
+keys from DDP) are still read and restored.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import hashlib
 import io
 import logging
 import os
+import pickle
 import random
 import re
 import struct
@@ -39,11 +52,13 @@ from ._env import rank
 
 log = logging.getLogger("shockslurm.train")
 
-MAGIC = b"SHCKPT01"
-_HEADER = struct.Struct(">8sQ32s")
-HEADER_SIZE = _HEADER.size
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMATS_READ = (1, 2)
+SIDECAR_SUFFIX = ".sha256"
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
+# format 1: header (magic, payload length, sha256) + pickle, in one file
+LEGACY_MAGIC = b"SHCKPT01"
+_LEGACY_HEADER = struct.Struct(">8sQ32s")
 
 
 class CorruptCheckpoint(Exception):
@@ -52,34 +67,102 @@ class CorruptCheckpoint(Exception):
 
 # --------------------------------------------------------------------------- file level
 
-def encode(state: dict[str, Any]) -> bytes:
-    """Header + payload bytes of one checkpoint."""
+def serialize(state: dict[str, Any]) -> bytes:
+    """The bytes of one checkpoint file (`torch.save` of the dict)."""
     buf = io.BytesIO()
     torch.save(state, buf)
-    payload = buf.getvalue()
-    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
+    return buf.getvalue()
 
 
-def decode(data: bytes, name: str = "<bytes>") -> dict[str, Any]:
-    """The state in `data`; raises CorruptCheckpoint when anything does not check out."""
-    if len(data) < HEADER_SIZE:
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def sidecar_text(data: bytes, name: str) -> str:
+    """The sidecar of a file named `name` holding `data` (`sha256sum` format)."""
+    return f"{hashlib.sha256(data).hexdigest()}  {name}\n"
+
+
+def _expected_digest(path: Path) -> str:
+    sidecar = sidecar_path(path)
+    try:
+        text = sidecar.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise CorruptCheckpoint(f"{path}: no checksum file {sidecar.name} (the save that wrote it "
+                                "did not finish)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptCheckpoint(f"{path}: unreadable checksum file {sidecar.name}: {exc}") from None
+    digest = text.split(maxsplit=1)[0] if text.strip() else ""
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise CorruptCheckpoint(f"{path}: checksum file {sidecar.name} holds no sha256")
+    return digest
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state in one checkpoint file, checked against its sidecar (format 1 files against
+    their header); raises CorruptCheckpoint saying why when anything does not check out."""
+    path = Path(path)
+    data = path.read_bytes()
+    if data[:len(LEGACY_MAGIC)] == LEGACY_MAGIC:
+        return decode_legacy(data, str(path))
+    if hashlib.sha256(data).hexdigest() != _expected_digest(path):
+        raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
+                                "(corrupt, truncated or torn)")
+    return _load(data, str(path))
+
+
+def _load(payload: bytes | memoryview, name: str) -> dict[str, Any]:
+    """torch.load of checked bytes: weights_only first, a full pickle for extras it refuses."""
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as refused:
+        try:    # checksum matched: our own writer; extras beyond tensors and plain containers
+            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+        except Exception as exc:  # the pickle is bad: written by a bad writer
+            raise CorruptCheckpoint(f"{name}: payload does not load: {exc}") from None
+        log.warning("shockslurm.train: %s holds objects torch.load(weights_only=True) refuses "
+                    "(%s); loaded as a full pickle", name, str(refused).splitlines()[0])
+    except Exception as exc:
+        raise CorruptCheckpoint(f"{name}: payload does not load: {exc}") from None
+    if not isinstance(state, dict):
+        raise CorruptCheckpoint(f"{name}: payload is a {type(state).__name__}, not a dict")
+    return state
+
+
+def encode_legacy(state: dict[str, Any]) -> bytes:
+    """A format 1 file (header + payload); only to test that old checkpoints still load."""
+    payload = serialize(state)
+    return _LEGACY_HEADER.pack(LEGACY_MAGIC, len(payload),
+                               hashlib.sha256(payload).digest()) + payload
+
+
+def decode_legacy(data: bytes, name: str = "<bytes>") -> dict[str, Any]:
+    """The state in a format 1 file, checked against its header."""
+    if len(data) < _LEGACY_HEADER.size:
         raise CorruptCheckpoint(f"{name}: truncated header ({len(data)} bytes)")
-    magic, length, digest = _HEADER.unpack_from(data)
-    if magic != MAGIC:
+    magic, length, digest = _LEGACY_HEADER.unpack_from(data)
+    if magic != LEGACY_MAGIC:
         raise CorruptCheckpoint(f"{name}: bad magic {magic!r}")
-    payload = memoryview(data)[HEADER_SIZE:]
+    payload = memoryview(data)[_LEGACY_HEADER.size:]
     if len(payload) != length:
         raise CorruptCheckpoint(f"{name}: payload is {len(payload)} bytes, header says {length}"
                                 " (truncated or torn)")
     if hashlib.sha256(payload).digest() != digest:
         raise CorruptCheckpoint(f"{name}: sha256 mismatch (corrupt)")
-    try:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
-    except Exception as exc:  # checksum matched but the pickle is bad: written by a bad writer
-        raise CorruptCheckpoint(f"{name}: payload does not load: {exc}") from None
-    if not isinstance(state, dict):
-        raise CorruptCheckpoint(f"{name}: payload is a {type(state).__name__}, not a dict")
-    return state
+    return _load(payload, name)
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A checkpoint's state, checked: `path` is a checkpoint file, or a checkpoint directory
+    (its newest good checkpoint). Raises FileNotFoundError when there is none, CorruptCheckpoint
+    when the file does not check out."""
+    path = Path(path)
+    if path.is_dir():
+        found = CheckpointManager(path).load_latest()
+        if found is None:
+            raise FileNotFoundError(f"{path}: no good checkpoint (ckpt-*.pt) in this directory")
+        return found[1]
+    return read_checkpoint(path)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -156,9 +239,11 @@ class CheckpointManager:
         if not self.is_writer:
             return None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._sweep_tmp()
+        self._sweep()
         path = self.path_for(step)
-        atomic_write(path, encode(state))
+        data = serialize(state)
+        atomic_write(sidecar_path(path), sidecar_text(data, path.name).encode("ascii"))
+        atomic_write(path, data)
         self._rotate()
         return path
 
@@ -166,7 +251,7 @@ class CheckpointManager:
         """The newest checkpoint that validates, or None; bad ones are logged and skipped."""
         for step, path in reversed(self.checkpoints()):
             try:
-                return path, decode(path.read_bytes(), str(path))
+                return path, read_checkpoint(path)
             except CorruptCheckpoint as exc:
                 log.warning("shockslurm.train: skipping bad checkpoint %s: %s", path, exc)
             except OSError as exc:
@@ -177,14 +262,21 @@ class CheckpointManager:
         files = self.checkpoints()
         for _, old in files[:-self.keep]:
             try:
-                old.unlink()
+                old.unlink()                       # the file first: a sidecar alone is ignored
+                sidecar_path(old).unlink(missing_ok=True)
             except OSError as exc:  # pragma: no cover
                 log.warning("shockslurm.train: could not delete old checkpoint %s: %s", old, exc)
 
-    def _sweep_tmp(self) -> None:
-        """Temporary files left by a writer that died mid-write (only the writer writes here)."""
+    def _sweep(self) -> None:
+        """Temporary files and orphan sidecars left by a writer that died mid-save (only the
+        writer writes here)."""
         for entry in os.scandir(self.directory):
-            if entry.name.startswith(".ckpt-") and entry.name.endswith(".tmp"):
+            name = entry.name
+            stale = name.startswith(".ckpt-") and name.endswith(".tmp")
+            orphan = (name.endswith(SIDECAR_SUFFIX)
+                      and _NAME_RE.match(name[:-len(SIDECAR_SUFFIX)]) is not None
+                      and not os.path.exists(entry.path[:-len(SIDECAR_SUFFIX)]))
+            if stale or orphan:
                 try:
                     os.unlink(entry.path)
                 except OSError:
@@ -193,9 +285,24 @@ class CheckpointManager:
 
 # --------------------------------------------------------------------------- state level
 
+def _numpy_rng_state() -> dict[str, Any]:
+    """numpy's global RNG state as a tensor and numbers (weights_only cannot load an ndarray)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"bit_generator": str(name), "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+
+def _set_numpy_rng_state(state: Any) -> None:
+    if isinstance(state, dict):
+        np.random.set_state((state["bit_generator"], state["keys"].numpy().astype(np.uint32),
+                             state["pos"], state["has_gauss"], state["cached_gaussian"]))
+    else:                                   # format 1: numpy's own tuple
+        np.random.set_state(state)
+
+
 def rng_state() -> dict[str, Any]:
     """Every RNG stream a training loop commonly touches."""
-    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": _numpy_rng_state(),
                              "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -203,8 +310,9 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    python = state["python"]   # a tuple when pickled, a list after some round trips
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    _set_numpy_rng_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available():
@@ -216,15 +324,39 @@ def set_rng_state(state: dict[str, Any]) -> None:
                         torch.cuda.device_count())
 
 
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside DistributedDataParallel / DataParallel / torch.compile wrappers, whose
+    state_dict keys carry no `module.` / `_orig_mod.` prefix."""
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _model_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """The checkpoint's model state for the unwrapped `model`: a format 1 checkpoint of a DDP
+    model has `module.`-prefixed keys, stripped here."""
+    saved = state["model"]
+    prefix = "module."
+    if saved and all(k.startswith(prefix) for k in saved) and not any(
+            k.startswith(prefix) for k in model.state_dict()):
+        return type(saved)((k[len(prefix):], v) for k, v in saved.items())
+    return saved
+
+
 def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
             scheduler: Any = None, scaler: Any = None, data: dict[str, Any] | None = None,
             batch_size: int | None = None, step: int = 0,
             extras: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A checkpoint dict: model, optimizer, scheduler, GradScaler, RNG, data position, extras."""
+    """A checkpoint dict: model (unwrapped), optimizer, scheduler, GradScaler, RNG, data
+    position, extras."""
     return {
         "format": FORMAT_VERSION,
         "step": int(step),
-        "model": model.state_dict(),
+        "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
@@ -244,9 +376,11 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     A checkpoint of a multi-rank run holds every rank's RNG states (`rng_ranks`); rank
     `rng_rank` takes its own when the world size is unchanged, else rank 0's (with a warning:
     the run continues, but not bit-identically)."""
-    if state.get("format") != FORMAT_VERSION:
-        raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r}")
-    model.load_state_dict(state["model"])
+    if state.get("format") not in FORMATS_READ:
+        raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r} (this "
+                                f"version reads formats {', '.join(map(str, FORMATS_READ))})")
+    inner = unwrap(model)
+    inner.load_state_dict(_model_state(state, inner))
     if optimizer is not None and state.get("optimizer") is not None:
         optimizer.load_state_dict(state["optimizer"])
     if scheduler is not None and state.get("scheduler") is not None:

@@ -16,6 +16,13 @@ A stop is also requested by a file the scheduler creates: `$SHOCKSLURM_STOP_FILE
 
 Under srun and torchrun every rank has its own lease; when torch.distributed is initialised the
 ranks agree (all-reduce MAX of the flag, `poll`) so that all of them stop at the same step.
+
+Signals before the trainer exists: importing torch alone takes seconds, and an unhandled SIGUSR1
+kills the process (exit 138). `install_signal_handlers` (run by `import shockslurm.train` inside
+a Slurm job or under torchrun, see `early_signals_wanted`) puts a handler in place at once that
+only records the signal; the first `Lease.install` takes the record over, so a signal that arrived
+while torch was still loading stops the loop at its first step. It only replaces the default
+disposition: a handler someone else installed is left alone.
 """
 
 from __future__ import annotations
@@ -35,6 +42,58 @@ from . import _env
 log = logging.getLogger("shockslurm.train")
 
 DEFAULT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+EARLY_ENV = "SHOCKSLURM_EARLY_SIGNALS"
+
+# -- early handlers: from `import shockslurm.train` until a Lease takes over (module state: one
+# process has one set of signal dispositions)
+_early_previous: dict[int, Any] = {}
+_early_received: list[int] = []
+
+
+def _early_handler(signum: int, _frame: FrameType | None) -> None:
+    _early_received.append(signum)
+
+
+def early_signals_wanted() -> bool:
+    """Whether `import shockslurm.train` installs the early handlers: when $SHOCKSLURM_EARLY_SIGNALS
+    says so ("1" / "0"), else inside a Slurm job ($SLURM_JOB_ID) or a torchrun worker
+    ($TORCHELASTIC_RUN_ID), where a signal means "checkpoint and stop" rather than "die"."""
+    explicit = os.environ.get(EARLY_ENV, "").strip()
+    if explicit in ("0", "1"):
+        return explicit == "1"
+    return bool(os.environ.get("SLURM_JOB_ID") or os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
+def install_signal_handlers(signals: Iterable[int] = DEFAULT_SIGNALS) -> bool:
+    """Record `signals` from now on (for the first `Lease.install` to honour) instead of dying of
+    them. Main thread only; a signal whose disposition is not the default is left alone. True
+    when the early handler is in place for any of them (now or from an earlier call)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signals = tuple(signals)
+    for signum in signals:
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            _early_previous[signum] = signal.signal(signum, _early_handler)
+    return any(signal.getsignal(signum) is _early_handler for signum in signals)
+
+
+def uninstall_signal_handlers() -> None:
+    """Put the default dispositions back where the early handlers still are, and forget any
+    signal they recorded."""
+    for signum, previous in list(_early_previous.items()):
+        if signal.getsignal(signum) is _early_handler:
+            signal.signal(signum, previous)
+        del _early_previous[signum]
+    _early_received.clear()
+
+
+def _take_early() -> int | None:
+    """The first signal recorded before a Lease took over (and forget them all)."""
+    if not _early_received:
+        return None
+    first = _early_received[0]
+    _early_received.clear()
+    return first
 
 
 def default_stop_file() -> Path | None:
@@ -86,11 +145,19 @@ class Lease:
             log.warning("shockslurm.train: lease created outside the main thread; signals will "
                         "not stop training (only the stop file will)")
             self._installed = True
+            self._adopt_early()
             return self
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._handler)
         self._installed = True
+        self._adopt_early()
         return self
+
+    def _adopt_early(self) -> None:
+        """A signal that arrived before this lease (`install_signal_handlers`) is this lease's."""
+        early = _take_early()
+        if early is not None:
+            self._handler(early, None)
 
     def close(self) -> None:
         """Put back the handlers that were there before `install`."""

@@ -1,19 +1,49 @@
 """`ShockTrainer`: a few lines around a user's loop for checkpoint, stop-on-signal, exact resume
 and reports.
 
+    import shockslurm.train                     # first: stop signals are kept from here on
+    import torch
+    from shockslurm.train import ShockTrainer
+
     with ShockTrainer(model, optimizer, scheduler=sched, ckpt_dir=d, every_steps=50) as st:
         for epoch, batch_size, batches in st.epochs(dataset, [32, 32, 64, 128]):
             for step, (x, y) in batches:
                 ...forward, backward, optimizer.step()...
-                st.step()
+                if st.step():                   # a stop was asked: checkpoint written
+                    st.save_and_exit()          # exit 0: Slurm requeues, the rerun resumes
             sched.step()
 
-What it guarantees: when the job is stopped (SIGUSR1/SIGTERM, the stop file, `request_stop`) the
-current step finishes, a checkpoint is written and the process exits with code 0 (Slurm requeues
-the job; see `lease`); when it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in
-`ckpt_dir`) it loads the newest good checkpoint and continues with the same batches in the same
-order and the same RNG streams, so the final weights are bit-identical to an uninterrupted run
-(given deterministic kernels and the same number of threads/devices).
+The stop outcome is explicit: `step()` returns True once a stop was asked (SIGUSR1/SIGTERM, the
+stop file, `request_stop`) and agreed by every rank; by then the current step is checkpointed and
+`st.should_stop` stays True. The loop decides what to do: `st.save_and_exit()` (exit code 0, so
+the job is requeued and resumes), or `break` and its own cleanup (e.g. tearing down
+torch.distributed) before exiting 0. `epochs()` yields no further batch after a stop. Nothing is
+raised from `step()` unless `exit_on_stop=True` (then `step()` calls `save_and_exit()` itself).
+
+Signals are handled from the moment the trainer is built (and, inside a Slurm job or torchrun,
+from `import shockslurm.train`: see `lease`); a signal that came earlier is honoured at the first
+`step()`. The `with` form resumes on entry and puts the previous signal handlers back on exit;
+without it, the trainer resumes at the first `epochs()` (or an explicit `resume()`), and `close()`
+ends it.
+
+When it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in `ckpt_dir`) it loads the newest
+good checkpoint and continues with the same batches in the same order and the same RNG streams,
+so the final weights are bit-identical to an uninterrupted run (given deterministic kernels and
+the same number of threads/devices).
+
+Your own DataLoader (workers, pinned memory, collate, one DataLoader per batch size of your
+schedule) instead of `epochs()`:
+
+    loaders = {bs: DataLoader(ds, batch_size=bs, sampler=st.sampler(ds), num_workers=2)
+               for bs in (32, 64)}
+    for epoch in st.epoch_range(10):
+        for step, (x, y) in st.batches(loaders[32 if epoch < 5 else 64]):
+            ...
+            if st.step():
+                st.save_and_exit()
+
+`st.sampler()` is a `data.ResumableSampler` (sharded by rank, like DistributedSampler), so an
+interrupted epoch resumes after the samples already trained on without loading them.
 
 The data order is a seeded permutation per epoch (`torch.randperm` with a generator seeded from
 `(seed, epoch)`) cut into batches of that epoch's size; the data position saved is
@@ -35,6 +65,7 @@ import torch
 
 from . import _env
 from .checkpoint import CheckpointManager, capture, restore
+from .data import ResumableSampler, epoch_generator, permutation, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 
@@ -64,13 +95,6 @@ def batch_size_for(schedule: Schedule, epoch: int) -> int:
     return size
 
 
-def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
-    """The epoch's sample order: independent of every global RNG, so resuming cannot shift it."""
-    gen = torch.Generator()
-    gen.manual_seed((int(seed) * 1_000_003 + int(epoch)) % (2 ** 63))
-    return torch.randperm(n, generator=gen)
-
-
 def fetch(dataset: Any, indices: torch.Tensor) -> Any:
     """A batch: tensors / tuples of tensors are indexed at once, other datasets item by item."""
     if isinstance(dataset, torch.Tensor):
@@ -91,13 +115,21 @@ def _length(dataset: Any) -> int:
 
 
 class ShockTrainer:
-    """Checkpoint / lease / report helper around a training loop (a context manager)."""
+    """Checkpoint / lease / report helper around a training loop (best used as a context manager).
+
+    model, optimizer, scheduler, scaler: what is checkpointed (a DDP / DataParallel / compiled
+    model is saved by its inner module's keys). ckpt_dir: where checkpoints go (`keep` newest are
+    kept). every_steps / every_seconds: checkpoint cadence. seed: the data order's seed.
+    check_every: poll the stop flag every that many steps (always at the first). exit_on_stop:
+    `step()` exits the process itself on a stop (default: it returns True). resume: load the
+    newest checkpoint on entry. reporter / lease: injected instead of the ones built from the
+    environment. extras: a dict of your own saved with every checkpoint (`st.extras`)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  *, ckpt_dir: str | os.PathLike[str], scheduler: Any = None, scaler: Any = None,
                  every_steps: int | None = None, every_seconds: float | None = 600.0,
                  keep: int = 3, seed: int = 0, check_every: int = 1,
-                 checkpoint_epochs: bool = False, exit_on_stop: bool = True, resume: bool = True,
+                 checkpoint_epochs: bool = False, exit_on_stop: bool = False, resume: bool = True,
                  report_interval_s: float = 10.0, reporter: Reporter | None = None,
                  lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
         self.model, self.optimizer = model, optimizer
@@ -132,22 +164,48 @@ class ShockTrainer:
         self._last_batch_len = 0
         self._window_start = time.perf_counter()
         self._window_samples = 0
-        self._entered = False
+        self._until_poll = 1            # the first step always polls: an early signal stops it
+        self._started = False
+        self._resume_pending = False    # a checkpoint was loaded: the next epoch continues it
+        self._stop_logged = False
+        self.lease.install()            # from construction on, with or without `with`
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> "ShockTrainer":
-        self.lease.install()
-        self._entered = True
-        if self.resume_enabled:
-            self.resume()
+        self.start()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Resume from the newest good checkpoint (once; `with` and `epochs()` call this)."""
+        if self._started:
+            return
+        self._started = True
+        if self.resume_enabled:
+            self.resume()
+
     def close(self) -> None:
+        """Put the previous signal handlers back and flush the reports."""
         self.lease.close()
         self.reporter.close()
+
+    @property
+    def should_stop(self) -> bool:
+        """True once a stop was asked and agreed at a step: the checkpoint of that step is written
+        and the loop should end (`save_and_exit()`, or its own cleanup, then exit 0)."""
+        return self.stopped
+
+    def save_and_exit(self, code: int = 0) -> None:
+        """End the process for Slurm to requeue it: checkpoint the current step unless that is
+        done, close the trainer, exit with `code` (0: the rerun resumes from the checkpoint)."""
+        if self._last_save_step != self.global_step:
+            self.save()
+        log.warning("shockslurm.train: exiting %d at step %d for Slurm to requeue", code,
+                    self.global_step)
+        self.close()
+        raise SystemExit(code)
 
     # ------------------------------------------------------------------ checkpoint
     def state(self) -> dict[str, Any]:
@@ -188,6 +246,7 @@ class ShockTrainer:
 
     def resume(self) -> bool:
         """Load the newest good checkpoint, if any; True when one was loaded."""
+        self._started = True
         found = self.ckpt.load_latest()
         if found is None:
             if _env.restart_count() > 0:
@@ -231,8 +290,9 @@ class ShockTrainer:
             else:
                 raise ValueError("give num_epochs (the schedule does not say how many)")
         self.num_epochs = num_epochs
+        self.start()
         n = _length(dataset)
-        resumed = getattr(self, "_resume_pending", False)
+        resumed = self._resume_pending
         self._resume_pending = False
         epoch = self.epoch
         while epoch < num_epochs:
@@ -243,14 +303,7 @@ class ShockTrainer:
             else:
                 size = batch_size_for(batch_size_schedule, epoch)
                 start = 0
-                if self.batch_size is not None and size != self.batch_size:
-                    change = {"step": self.global_step, "epoch": epoch,
-                              "old": int(self.batch_size), "new": size}
-                    self.batch_size_changes.append(change)
-                    self.reporter.batch_size_change(change["old"], size, epoch=epoch,
-                                                    step=self.global_step)
-                    log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
-                             change["old"], size, epoch, self.global_step)
+                self._note_batch_size(epoch, size)
             resumed = False
             self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
             self.steps_per_epoch = math.ceil(n / size)
@@ -268,6 +321,99 @@ class ShockTrainer:
                 self.save()
         self.epoch, self.step_in_epoch = num_epochs, 0
 
+    def _note_batch_size(self, epoch: int, size: int) -> None:
+        """Report a batch size that differs from the previous epoch's."""
+        if self.batch_size is not None and size != self.batch_size:
+            change = {"step": self.global_step, "epoch": epoch, "old": int(self.batch_size),
+                      "new": size}
+            self.batch_size_changes.append(change)
+            self.reporter.batch_size_change(change["old"], size, epoch=epoch,
+                                            step=self.global_step)
+            log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
+                     change["old"], size, epoch, self.global_step)
+
+    # ------------------------------------------------------------------ your own DataLoader
+    def sampler(self, data: Any, *, shuffle: bool = True, drop_last: bool = False,
+                num_replicas: int | None = None, rank: int | None = None) -> ResumableSampler:
+        """A sampler for your DataLoader that `batches()` resumes exactly (see `data`): the
+        trainer's seed, sharded over the ranks (torch.distributed / RANK, WORLD_SIZE) unless
+        told otherwise."""
+        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+                                num_replicas=_env.world_size() if num_replicas is None
+                                else num_replicas,
+                                rank=_env.rank() if rank is None else rank)
+
+    def epoch_range(self, num_epochs: int) -> Iterator[int]:
+        """The epochs from the current position on (for loops over your own DataLoader). After
+        each epoch's body: the epoch is reported, and the end of training (and each epoch with
+        checkpoint_epochs) is checkpointed; after a stop, no further epoch."""
+        self.num_epochs = num_epochs
+        self.start()
+        epoch = self.epoch
+        while epoch < num_epochs:
+            if epoch != self.epoch:
+                self.epoch, self.step_in_epoch = epoch, 0
+            yield epoch
+            if self.stopped:
+                return
+            self.reporter.epoch_done(epoch, self.global_step, batch_size=self.batch_size or 0,
+                                     epochs=num_epochs)
+            epoch += 1
+            if epoch >= num_epochs or self.checkpoint_epochs:
+                self.epoch, self.step_in_epoch = epoch, 0
+                self.save()
+        self.epoch, self.step_in_epoch = num_epochs, 0
+
+    def batches(self, loader: Any) -> Iterator[tuple[int, Any]]:
+        """One epoch of your DataLoader from the current position: yields (step in epoch,
+        batch). The epoch's batch size is the loader's times the ranks its sampler shards over
+        (what is reported; a change is reported too). After a resume the interrupted epoch
+        continues after the batches already trained on: skipped in the sampler with
+        `st.sampler()`, else loaded and dropped (a warning says so)."""
+        self.start()
+        per_rank = getattr(loader, "batch_size", None)
+        if per_rank is None:
+            raise ValueError("shockslurm.train: batches() needs a DataLoader with a batch_size "
+                             "(one DataLoader per batch size of your schedule)")
+        sampler = resumable_sampler(loader)
+        inner = sampler if sampler is not None else getattr(loader, "sampler", None)
+        size = per_rank * int(getattr(inner, "num_replicas", 1))
+        resuming = self._resume_pending and self.step_in_epoch > 0
+        self._resume_pending = False
+        if resuming and self.batch_size not in (None, size):
+            raise ValueError(f"shockslurm.train: the checkpoint is {self.step_in_epoch} batches "
+                             f"of {self.batch_size} into epoch {self.epoch}; this DataLoader's "
+                             f"batch size is {size}: an epoch resumes with its own batch size")
+        if not resuming:
+            self.step_in_epoch = 0
+            self._note_batch_size(self.epoch, size)
+        self.batch_size = size
+        skip = self.step_in_epoch
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(self.epoch)           # ours, or a DistributedSampler
+        if sampler is not None:
+            sampler.start_at(skip * per_rank)
+            skip = 0
+        elif skip:
+            log.warning("shockslurm.train: resuming by loading and dropping %d batches (give the "
+                        "DataLoader sampler=st.sampler(dataset) to skip them without loading)",
+                        skip)
+        loader.generator = epoch_generator(self.seed, self.epoch)
+        try:
+            self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
+        except TypeError:                         # an IterableDataset without __len__
+            self.steps_per_epoch = 0
+        self._window_start, self._window_samples = time.perf_counter(), 0
+        step = self.step_in_epoch
+        for i, batch in enumerate(loader):
+            if i < skip:
+                continue
+            if self.stopped:
+                return
+            self._last_batch_len = size
+            yield step, batch
+            step += 1
+
     def _batches(self, dataset: Any, n: int, size: int, start: int,
                  shuffle: bool) -> Iterator[tuple[int, Any]]:
         order = permutation(self.seed, self.epoch, n) if shuffle else torch.arange(n)
@@ -281,8 +427,10 @@ class ShockTrainer:
 
     # ------------------------------------------------------------------ per step
     def step(self, samples: int | None = None) -> bool:
-        """Call after each optimizer step. Checkpoints on schedule; on a stop request finishes
-        here: checkpoint, then `SystemExit(0)` (or returns True with exit_on_stop=False)."""
+        """Call after each optimizer step. Checkpoints on schedule. Returns True when the loop
+        must stop (a stop was asked; this step is checkpointed; `should_stop` is True from now
+        on), else False. With exit_on_stop=True it exits the process instead of returning True.
+        `samples`: this step's sample count when not the batch `epochs()` gave."""
         self.global_step += 1
         self.step_in_epoch += 1
         self._window_samples += self._last_batch_len if samples is None else int(samples)
@@ -299,7 +447,9 @@ class ShockTrainer:
         time_due = (self.every_seconds is not None
                     and time.monotonic() - self._last_save_time >= self.every_seconds)
         stop = False
-        if self.global_step % self.check_every == 0:
+        self._until_poll -= 1
+        if self._until_poll <= 0:
+            self._until_poll = self.check_every
             stop, time_due = self.lease.poll(time_due)   # one collective under torch.distributed
         elif _env.distributed():
             time_due = False     # each rank's clock differs: decided at the next agreed poll
@@ -317,9 +467,10 @@ class ShockTrainer:
         if self._last_save_step != self.global_step:
             self.save()
         self.stopped = True
-        log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written, exiting 0 "
-                    "for Slurm to requeue", self.global_step, self.stop_reason)
+        if not self._stop_logged:
+            self._stop_logged = True
+            log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written",
+                        self.global_step, self.stop_reason)
         if self.exit_on_stop:
-            self.close()
-            raise SystemExit(0)
+            self.save_and_exit(0)
         return True

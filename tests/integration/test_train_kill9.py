@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # CI installs torch (tests/run.sh); never skipped there
 
-from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
+from shockslurm.train.checkpoint import CheckpointManager, read_checkpoint  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TRIALS = 60
@@ -31,7 +31,7 @@ import torch
 from shockslurm.train.checkpoint import CheckpointManager
 
 ckdir = sys.argv[1]
-print("ready", flush=True)
+os.write(1, b"ready\n")
 for line in sys.stdin:
     if line.strip() != "go":
         break
@@ -53,9 +53,11 @@ for line in sys.stdin:
                 os.write(1, f"saved {step}\n".encode())
         finally:
             os._exit(3)
-    print(f"child {pid}", flush=True)
+    # one write each: under PYTHONUNBUFFERED print() writes the newline separately, and the
+    # child's lines could land in between
+    os.write(1, f"child {pid}\n".encode())
     _, status = os.waitpid(pid, 0)
-    print(f"reaped {status}", flush=True)
+    os.write(1, f"reaped {status}\n".encode())
 """
 
 
@@ -102,10 +104,10 @@ def test_kill9_while_checkpointing_always_leaves_a_good_checkpoint(tmp_path):
             assert state["step"] >= good_step
             assert torch.equal(state["w"], torch.full((300_000,), float(state["step"])))
             assert path.name == f"ckpt-{state['step']:012d}.pt"
-            # every checkpoint file present is whole (tmp files are never renamed in half)
+            # every checkpoint file present is whole (tmp files are never renamed in half), and
+            # has its checksum sidecar (written before it)
             for _, p in CheckpointManager(tmp_path).checkpoints():
-                from shockslurm.train.checkpoint import decode
-                decode(p.read_bytes(), str(p))
+                read_checkpoint(p)
             good_step = state["step"]
         assert good_step > TRIALS       # it made progress across the kills
         print(f"{TRIALS} kill -9 trials, final step {good_step}, killed mid-write (tmp left) "

@@ -1,0 +1,94 @@
+"""Your own DataLoader, resumed exactly: a sampler that starts where the checkpoint says.
+
+    loader = DataLoader(dataset, batch_size=64, sampler=st.sampler(dataset), num_workers=2,
+                        pin_memory=True)
+    for epoch in st.epoch_range(10):
+        for step, batch in st.batches(loader):
+            ...
+            if st.step():
+                st.save_and_exit()
+
+`ResumableSampler` yields a seeded permutation per epoch (the same as `ShockTrainer.epochs`),
+sharded by rank like `DistributedSampler` (each rank reads only its own shard, padded so every
+rank gets as many samples), from a start position: on resume, the interrupted epoch starts after
+the samples already trained on, without loading them. Workers, pinned memory, collate functions
+and the batch size (the user's schedule: one DataLoader per batch size) stay the user's.
+
+Exactness also needs the DataLoader not to draw from the global torch RNG: `ShockTrainer.batches`
+gives it a generator seeded from (seed, epoch) before each epoch, from which the workers' seeds
+come. Randomness inside the dataset's `__getitem__` in worker processes continues from those
+seeds, so it resumes exactly only when it is seeded per sample (e.g. from the index).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Sized
+
+import torch
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of an epoch's sample order (and of its DataLoader generator)."""
+    return (int(seed) * 1_000_003 + int(epoch)) % (2 ** 63)
+
+
+def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    """The epoch's sample order: independent of every global RNG, so resuming cannot shift it."""
+    gen = torch.Generator()
+    gen.manual_seed(epoch_seed(seed, epoch))
+    return torch.randperm(n, generator=gen)
+
+
+def epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """A generator for a DataLoader's epoch (its workers' base seed), apart from the order's."""
+    return torch.Generator().manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
+
+
+class ResumableSampler(torch.utils.data.Sampler[int]):
+    """Seeded, sharded sample order that can start mid-epoch (`set_epoch`, `start_at`)."""
+
+    def __init__(self, data: Sized | int, *, seed: int = 0, shuffle: bool = True,
+                 num_replicas: int = 1, rank: int = 0, drop_last: bool = False) -> None:
+        self.n = data if isinstance(data, int) else len(data)
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"ResumableSampler: rank {rank} of {num_replicas} replicas")
+        self.seed, self.shuffle = int(seed), shuffle
+        self.num_replicas, self.rank, self.drop_last = num_replicas, rank, drop_last
+        per_rank = (self.n // num_replicas if drop_last
+                    else math.ceil(self.n / num_replicas))
+        self.samples_per_rank = per_rank
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def start_at(self, samples: int) -> None:
+        """Skip this rank's first `samples` of the epoch (once: the next epoch starts at 0)."""
+        self.start = max(0, int(samples))
+
+    def indices(self) -> list[int]:
+        """This rank's whole epoch, in order."""
+        order = (permutation(self.seed, self.epoch, self.n) if self.shuffle
+                 else torch.arange(self.n))
+        total = self.samples_per_rank * self.num_replicas
+        if total > self.n:                                   # pad by wrapping around
+            order = torch.cat([order, order.repeat(math.ceil(total / self.n))[:total - self.n]])
+        return order[:total][self.rank::self.num_replicas].tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        start, self.start = self.start, 0
+        return iter(self.indices()[start:])
+
+    def __len__(self) -> int:
+        return max(0, self.samples_per_rank - self.start)
+
+
+def resumable_sampler(loader: Any) -> ResumableSampler | None:
+    """The loader's ResumableSampler (as its sampler or inside its batch sampler), if any."""
+    for candidate in (getattr(loader, "sampler", None),
+                      getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if isinstance(candidate, ResumableSampler):
+            return candidate
+    return None

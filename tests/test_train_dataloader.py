@@ -1,0 +1,138 @@
+"""Your own DataLoader (workers included) under `st.epoch_range` / `st.batches`: stopped anywhere
+and resumed, it trains on the same samples in the same order and ends bit-identical; the sampler
+shards by rank and skips without loading."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")  # CI installs torch (tests/run.sh); never skipped there
+
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+from shockslurm.train import ResumableSampler, ShockTrainer  # noqa: E402
+from shockslurm.train.lease import Lease  # noqa: E402
+from shockslurm.train.reports import Reporter  # noqa: E402
+
+SCHEDULE = {0: 8, 2: 16}      # the user's own: one DataLoader per batch size
+
+
+class Indexed(Dataset):
+    """Samples that say which they are, and how often they were loaded."""
+
+    def __init__(self, n: int = 96) -> None:
+        gen = torch.Generator().manual_seed(3)
+        self.x, self.y = torch.randn(n, 4, generator=gen), torch.randint(0, 2, (n,), generator=gen)
+        self.loads = 0
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        self.loads += 1
+        return self.x[i], self.y[i], i
+
+
+def _train(ckpt: Path, stop_at: int | None, *, workers: int = 0, epochs: int = 4,
+           own_sampler: bool = True):
+    torch.manual_seed(0)
+    random.seed(0)
+    data = Indexed()
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    seen: list[int] = []
+    with ShockTrainer(model, opt, ckpt_dir=ckpt, every_steps=5, seed=11,
+                      reporter=Reporter(None), lease=Lease(stop_file=False)) as st:
+        sampler = st.sampler(data) if own_sampler else None
+        loaders = {bs: DataLoader(data, batch_size=bs, sampler=sampler, num_workers=workers,
+                                  pin_memory=False) for bs in set(SCHEDULE.values())}
+        for epoch in st.epoch_range(epochs):
+            size = SCHEDULE[max(k for k in SCHEDULE if k <= epoch)]
+            for _, (xb, yb, idx) in st.batches(loaders[size]):
+                seen.extend(idx.tolist())
+                xb = xb + 0.1 * torch.randn_like(xb) if random.random() < 0.5 else xb
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                opt.step()
+                if stop_at is not None and st.global_step + 1 == stop_at:
+                    st.request_stop("test")
+                if st.step():
+                    break
+            if st.should_stop:
+                break
+    return model.state_dict(), st, seen, data.loads
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_stopped_anywhere_resumes_exactly(tmp_path):
+    # 96 samples: epochs of 12, 12, 6, 6 steps (batch sizes 8, 8, 16, 16)
+    ref, ref_st, ref_seen, _ = _train(tmp_path / "ref", None)
+    assert ref_st.global_step == 36 and len(ref_seen) == 4 * 96
+    assert [(c["step"], c["old"], c["new"]) for c in ref_st.batch_size_changes] == [(24, 8, 16)]
+    for stop_at in (3, 12, 13, 24, 25, 30):
+        ckpt = tmp_path / f"ck-{stop_at}"
+        _, st, seen, _ = _train(ckpt, stop_at)
+        assert st.should_stop and st.global_step == stop_at
+        final, st2, seen2, loads = _train(ckpt, None)
+        assert st2.resumed_from is not None and st2.global_step == 36
+        _same(ref, final)
+        assert seen + seen2 == ref_seen, stop_at            # the same samples, same order
+        assert loads == len(seen2)                          # nothing loaded only to be skipped
+
+
+def test_workers_resume_exactly(tmp_path):
+    ref, _, ref_seen, _ = _train(tmp_path / "ref", None, workers=2, epochs=2)
+    _, _, seen, _ = _train(tmp_path / "ck", 17, workers=2, epochs=2)
+    final, st, seen2, _ = _train(tmp_path / "ck", None, workers=2, epochs=2)
+    _same(ref, final)
+    assert seen + seen2 == ref_seen and st.global_step == 24
+
+
+def test_a_loader_without_our_sampler_is_resumed_by_skipping(tmp_path, caplog):
+    ref, _, ref_seen, _ = _train(tmp_path / "ref", None, own_sampler=False, epochs=2)
+    _, _, seen, _ = _train(tmp_path / "ck", 7, own_sampler=False, epochs=2)
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        final, _, seen2, loads = _train(tmp_path / "ck", None, own_sampler=False, epochs=2)
+    _same(ref, final)
+    assert seen + seen2 == ref_seen
+    assert loads == len(seen2) + 7 * 8                      # the first 7 batches loaded again
+    assert any("loading and dropping 7 batches" in r.getMessage() for r in caplog.records)
+
+
+def test_sampler_shards_and_starts_mid_epoch():
+    shards = [ResumableSampler(10, seed=1, num_replicas=3, rank=r) for r in range(3)]
+    for s in shards:
+        s.set_epoch(2)
+    got = [list(s) for s in shards]
+    assert all(len(g) == 4 for g in got)                    # padded: 12 = 3 x 4
+    assert set().union(*got) == set(range(10))
+    order = ResumableSampler(10, seed=1)
+    order.set_epoch(2)
+    assert [i for k in range(4) for i in (got[0][k], got[1][k], got[2][k])] == \
+        (list(order) + list(order)[:2])
+    shards[1].start_at(3)
+    assert len(shards[1]) == 1 and list(shards[1]) == got[1][3:]
+    assert list(shards[1]) == got[1]                        # the next epoch starts at 0 again
+    with pytest.raises(ValueError, match="rank 3 of 3"):
+        ResumableSampler(10, num_replicas=3, rank=3)
+
+
+def test_batches_refuses_another_batch_size_mid_epoch(tmp_path):
+    _train(tmp_path / "ck", 5)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(8, 2))
+    st = ShockTrainer(model, None, ckpt_dir=tmp_path / "ck", seed=11, reporter=Reporter(None),
+                      lease=Lease(stop_file=False))
+    loader = DataLoader(Indexed(), batch_size=16, sampler=st.sampler(96))
+    with pytest.raises(ValueError, match="5 batches of 8 into epoch 0"):
+        for _ in st.epoch_range(4):
+            next(st.batches(loader))
+    st.close()
