@@ -12,6 +12,8 @@ import click
 from .. import __version__
 from ..errors import ShockslurmError
 from ..model import JobSpec
+from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
+                          parse_policy_assignments, read_policy_table)
 from ..policies import REGISTRY, policy_names
 from ..sim.jobs import ADAPTATION_MODES
 from ..sim.run import SimConfig, SimResult, simulate
@@ -79,6 +81,24 @@ def _policies(value: str) -> list[str]:
     return names
 
 
+def _policy_options(names: list[str], config_file: Path | None, assignments: tuple[str, ...]
+                    ) -> tuple[dict, dict[str, dict]]:
+    """(the PolicySettings keys given, each policy's options) from --policy-config's [policy]
+    table and --policy-option (which wins), validated as the daemon validates [policy]."""
+    options: dict = {}
+    origins: dict[str, str] = {}
+    if config_file is not None:
+        table = read_policy_table(config_file)
+        options.update(table)
+        origins.update(dict.fromkeys(table, str(config_file)))
+    given = parse_policy_assignments(assignments, "--policy-option")
+    options.update(given)
+    origins.update(dict.fromkeys(given, "--policy-option"))
+    options = check_policy_settings(options, origins)
+    per_policy = assign_policy_options(names, options, origins)
+    return {k: v for k, v in options.items() if k in SETTINGS_KEYS}, per_policy
+
+
 def format_table(results: list[SimResult]) -> str:
     rows = [[fmt.format(r.as_dict()[key]) for key, _, fmt in TABLE_COLUMNS] for r in results]
     heads = [title for _, title, _ in TABLE_COLUMNS]
@@ -120,6 +140,13 @@ def format_table(results: list[SimResult]) -> str:
               help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "
                    "next re-solve (Gavel, as in the reference simulator); --no-idle-new-jobs "
                    "hands them idle GPUs at once.")
+@click.option("--policy-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A daemon configuration file (TOML) whose [policy] table sets policy options "
+                   "(its other tables are not used).")
+@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
+              help="A policy option (repeatable; wins over --policy-config), e.g. "
+                   "'future_rounds=30' for shockwave or 'alpha=0.5' for allox; each goes to the "
+                   "chosen policies that take it. VALUE is read as TOML (else as a string).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the results, one object per policy, to this JSON file.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -129,13 +156,25 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
                                  "rho per policy) to this directory; the paths are printed.")
-def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | None,
-                 gpus: int | None, policy: str, round_seconds: float, restart_overhead: float,
-                 adaptation: str, resolve_interval: float, idle_new_jobs: bool,
+@click.pass_context
+def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
+                 profiles: Path | None, gpus: int | None, policy: str, round_seconds: float,
+                 restart_overhead: float, adaptation: str, resolve_interval: float,
+                 idle_new_jobs: bool, policy_config: Path | None, policy_option: tuple[str, ...],
                  json_out: Path | None, progress: bool, db_url: str | None,
                  plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
     names = _policies(policy)
+    try:
+        settings, per_policy = _policy_options(names, policy_config, policy_option)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    given = click.core.ParameterSource.COMMANDLINE
+    if "min_resolve_interval_s" in settings and \
+            ctx.get_parameter_source("resolve_interval") != given:
+        resolve_interval = settings["min_resolve_interval_s"]
+    if "idle_unallocated" in settings and ctx.get_parameter_source("idle_new_jobs") != given:
+        idle_new_jobs = settings["idle_unallocated"]
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
         try:
             open_store(db_url, create=True).dispose()
@@ -156,7 +195,8 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
         for name in names:
             bar = DelayedProgress(f"{name:>22}") if progress else None
             try:
-                results.append(simulate(jobs, name, config, progress=bar))
+                results.append(simulate(jobs, name, config, progress=bar,
+                                        policy_options=per_policy[name]))
             finally:
                 if bar is not None:
                     bar.close()
@@ -166,6 +206,10 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"
                f"{', new jobs wait for it' if idle_new_jobs else ''}")
+    for name, opts in per_policy.items():
+        if opts:
+            click.echo(f"{name} options: "
+                       + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items())))
     click.echo(format_table(results))
     if json_out is not None:
         payload = [r.as_dict() for r in results]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class ShockwaveConfig:
     """Above this many jobs the LP relaxation is solved and rounded (the LP is near-integral)."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):   # values from TOML or the command line: check each type
+            object.__setattr__(self, f.name, _typed(f.name, getattr(self, f.name), f.default))
         if self.future_rounds < 1:
             raise ValueError("future_rounds must be >= 1")
         if self.resolve_every < 1:
@@ -88,3 +91,46 @@ class ShockwaveConfig:
             raise ValueError("mip_time_limit_s must be positive")
         if self.priority_cap < 1:
             raise ValueError("priority_cap must be >= 1")
+        for name in ("k", "lam", "solver_gap", "finish_exponent", "tail_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("rhomax", "tail_drain_factor"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 <= self.momentum <= 1:
+            raise ValueError(f"momentum must be in [0, 1], got {self.momentum!r}")
+        if self.fill_order not in ("remaining", "rho"):
+            raise ValueError("fill_order must be 'remaining' or 'rho'")
+        if self.mip_max_jobs < 0:
+            raise ValueError("mip_max_jobs must be >= 0")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _typed(name: str, value: Any, default: Any) -> Any:
+    """`value` as the type of the field's default (an int is a float, a list of numbers a
+    tuple); a ValueError naming the field otherwise. Numbers must be finite."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if isinstance(default, float):
+        if _is_number(value) and math.isfinite(value):
+            return float(value)
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    if isinstance(default, tuple):
+        if isinstance(value, (list, tuple)) and all(_is_number(v) and math.isfinite(v)
+                                                    for v in value):
+            return tuple(float(v) for v in value)
+        raise ValueError(f"{name} must be a list of finite numbers, got {value!r}")
+    raise AssertionError(name)  # pragma: no cover - a field of another type
