@@ -9,6 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from shockslurm.cli.main import cli
+from shockslurm.errors import ConfigError
+from shockslurm.ops.config import parse_config
 
 
 def _simulate(tmp_path: Path, *args: str) -> tuple[int, str, list[dict] | None]:
@@ -76,3 +78,12 @@ def test_policy_config_file_is_the_daemons_policy_table(tmp_path: Path) -> None:
     conf.write_text("[policy\n")
     code, output, _ = _simulate(tmp_path, "--policy", "fifo", "--policy-config", str(conf))
     assert code != 0 and "not valid TOML" in output
+
+
+@pytest.mark.parametrize("name", ["solver_threads", "calibration_tolerance"])
+def test_removed_settings_are_unknown(name: str) -> None:
+    """Neither was ever read (HiGHS runs on one thread for reproducible plans; the forecast's
+    calibration tolerance is `forecast.CALIBRATION_TOLERANCE`): setting one is an error."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"daemon": {"policy": "shockwave"}, "policy": {name: 1}}, source="d.toml")
+    assert err.value.field == f"policy.{name}" and "no chosen policy takes" in str(err.value)

@@ -40,7 +40,6 @@ class ShockwaveConfig:
     queue) make the program symmetric, and HiGHS finds its best solution within a second but
     takes far longer to prove it (1,000 identical pending jobs on 32 GPUs: the same plan after 1 s
     as after the 15 s limit)."""
-    solver_threads: int = 1
     momentum: float = 0.9
     """Weight of the time-weighted average in the fairness target (rest: latest estimate)."""
     finish_exponent: float = 100.0
@@ -48,7 +47,6 @@ class ShockwaveConfig:
     priority_cap: float = 1e6
     """Priorities are capped here (the reference has no cap; rho**100 overflows solvers). Capping
     (not rescaling) keeps the trade-off of uncapped jobs against the k term unchanged."""
-    calibration_tolerance: float = 0.4
     tail_weight: float = 1.0
     """Extension (0 = the reference; 120-job trace: makespan 25,889 s -> 23,887 s): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
     makespan term, where drain = the time the whole cluster needs for all remaining work after
