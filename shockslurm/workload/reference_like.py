@@ -30,10 +30,11 @@ is ours. Each job, in order:
    32 GPUs: scale it by 32 / GPUs to keep that load on another cluster). Whole seconds, as the
    reference writes them.
 
-Each field draws from its own random stream seeded from `seed`, so one seed always gives the same
-workload. The result is a list of `DrawnJob`s (a `TraceLine` and its duration): written as a reference TSV trace (simulate it with
-the same `--throughputs` file: the `reference` adaptation mode applies) or turned into job specs
-for our JSONL format (`reference.reference_jobs`).
+Each field draws from its own random stream seeded from `seed`, so one seed always gives the
+same workload. The result is a list of `DrawnJob`s (a `TraceLine` and its duration): written as
+a reference TSV trace (simulate it with the same `--throughputs` file: the `reference`
+adaptation mode applies) or turned into job specs for our JSONL format
+(`reference.reference_jobs`).
 """
 
 from __future__ import annotations
