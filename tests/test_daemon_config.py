@@ -45,7 +45,7 @@ def test_policy_table_splits_settings_from_options(tmp_path: Path):
     ({"deamon": {}}, "deamon"),
     ({"policy": {"min_resolve_interval_s": -3}}, "policy.min_resolve_interval_s"),
     ({"policy": {"idle_unallocated": "no"}}, "policy.idle_unallocated"),
-    ({"daemon": {"policy": "fifo"}, "policy": {"no_such_option": 1}}, "policy"),
+    ({"daemon": {"policy": "fifo"}, "policy": {"no_such_option": 1}}, "policy.no_such_option"),
 ])
 def test_errors_name_the_key(data, key):
     with pytest.raises(ConfigError) as err:

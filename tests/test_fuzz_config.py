@@ -22,10 +22,12 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
 
 DAEMON_KEYS = ["round_seconds", "policy", "grace_seconds", "partitions", "db", "backend",
                "cluster", "stop_timeout_seconds", "spool_dir"]
-# [policy] keys: the PolicySettings fields and some policies' keyword arguments.
+# [policy] keys: the PolicySettings fields and some policies' keyword arguments (and two
+# removed ones, solver_threads and calibration_tolerance, now unknown).
 POLICY_KEYS = ["min_resolve_interval_s", "idle_unallocated", "alpha", "k", "lam", "rhomax",
                "future_rounds", "resolve_every", "time_limit_s", "log_breakpoints",
-               "progress_model", "fill_order", "solver_threads", "integer_rounds"]
+               "progress_model", "fill_order", "solver_threads", "calibration_tolerance",
+               "integer_rounds"]
 # Everything TOML can hold (tomllib gives exactly these types).
 TOML_SCALARS = st.one_of(
     st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),

@@ -36,8 +36,8 @@ def _check(tmp_path: Path, text: str, env: dict | None = None):
     ("[daemon]\nround_secs = 5\n", "daemon.round_secs"),                      # unknown key
     ("[deamon]\nround_seconds = 5\n", "deamon"),                              # unknown table
     ('[daemon]\npolicy = "nope"\n', "daemon.policy"),                         # unknown policy
-    ('[daemon]\npolicy = "fifo"\n[policy]\nno_such_option = 1\n', "policy"),  # bad option
-    ('[daemon]\npolicy = "shockwave"\n[policy]\nfuture_rounds = 0\n', "policy"),
+    ('[daemon]\npolicy = "fifo"\n[policy]\nno_such_option = 1\n', "policy.no_such_option"),
+    ('[daemon]\npolicy = "shockwave"\n[policy]\nfuture_rounds = 0\n', "policy.future_rounds"),
     ('[policy]\nidle_unallocated = "no"\n', "policy.idle_unallocated"),
     ('[daemon]\nlog_format = "xml"\n', "daemon.log_format"),                  # bad log_format
     ("[daemon]\nmetrics_port = 70000\n", "daemon.metrics_port"),              # port range

@@ -136,12 +136,13 @@ def test_whole_cluster_gangs_behind_target_are_not_starved():
 
 def test_identical_jobs_get_a_full_plan_from_the_mip_budget():
     """A fresh sweep of identical jobs makes the integer program symmetric: HiGHS finds its best
-    plan at once but proving it takes long. Cut by `mip_time_limit_s`, the incumbent is used."""
+    plan at once but proving it takes long. Cut by the market's work limit, the incumbent is
+    used."""
     from shockslurm.policies.shockwave.bench import identical_snapshot
 
     snap = identical_snapshot(300, 32)
-    plan = Shockwave(mip_time_limit_s=0.3).allocate(snap)
-    assert plan.info["status"] in ("optimal", "feasible"), plan.info
+    plan = Shockwave().allocate(snap)
+    assert plan.info["status"] == "feasible", plan.info
     assert len(plan.run) == 32                   # every GPU used, one per job
     check_plan(plan, snap)
     with pytest.raises(ValueError, match="mip_time_limit_s"):

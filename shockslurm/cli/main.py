@@ -12,13 +12,17 @@ import click
 from .. import __version__
 from ..errors import ShockslurmError
 from ..model import JobSpec, Node, parse_cluster_shape
+from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
+                          parse_policy_assignments, read_policy_table)
 from ..policies import REGISTRY, policy_names
 from ..sim.jobs import ADAPTATION_MODES
 from ..sim.run import SimConfig, SimResult, simulate
 from ..store import open_store
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs, write_jobs
-from ..workload.reference import load_reference_workload
+from ..workload.reference import load_reference_workload, read_throughputs, reference_jobs
+from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
+                                       generate_reference_like, write_reference_trace)
 from .bench import bench_group
 from .bench_switch import switch_cost_cmd
 from .config import config_group
@@ -92,6 +96,24 @@ def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
         raise click.BadParameter(str(exc), param_hint="--cluster") from None
 
 
+def _policy_options(names: list[str], config_file: Path | None, assignments: tuple[str, ...]
+                    ) -> tuple[dict, dict[str, dict]]:
+    """(the PolicySettings keys given, each policy's options) from --policy-config's [policy]
+    table and --policy-option (which wins), validated as the daemon validates [policy]."""
+    options: dict = {}
+    origins: dict[str, str] = {}
+    if config_file is not None:
+        table = read_policy_table(config_file)
+        options.update(table)
+        origins.update(dict.fromkeys(table, str(config_file)))
+    given = parse_policy_assignments(assignments, "--policy-option")
+    options.update(given)
+    origins.update(dict.fromkeys(given, "--policy-option"))
+    options = check_policy_settings(options, origins)
+    per_policy = assign_policy_options(names, options, origins)
+    return {k: v for k, v in options.items() if k in SETTINGS_KEYS}, per_policy
+
+
 def format_table(results: list[SimResult]) -> str:
     rows = [[fmt.format(r.as_dict()[key]) for key, _, fmt in TABLE_COLUMNS] for r in results]
     heads = [title for _, title, _ in TABLE_COLUMNS]
@@ -137,6 +159,13 @@ def format_table(results: list[SimResult]) -> str:
               help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "
                    "next re-solve (Gavel, as in the reference simulator); --no-idle-new-jobs "
                    "hands them idle GPUs at once.")
+@click.option("--policy-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A daemon configuration file (TOML) whose [policy] table sets policy options "
+                   "(its other tables are not used).")
+@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
+              help="A policy option (repeatable; wins over --policy-config), e.g. "
+                   "'future_rounds=30' for shockwave or 'alpha=0.5' for allox; each goes to the "
+                   "chosen policies that take it. VALUE is read as TOML (else as a string).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the results, one object per policy, to this JSON file.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
@@ -146,14 +175,27 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
                                  "rho per policy) to this directory; the paths are printed.")
-def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | None,
-                 gpus: int | None, cluster_shape: str | None, policy: str, round_seconds: float, restart_overhead: float,
-                 adaptation: str, resolve_interval: float, idle_new_jobs: bool,
+@click.pass_context
+def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
+                 profiles: Path | None, gpus: int | None, cluster_shape: str | None, policy: str,
+                 round_seconds: float, restart_overhead: float, adaptation: str,
+                 resolve_interval: float, idle_new_jobs: bool, policy_config: Path | None,
+                 policy_option: tuple[str, ...],
                  json_out: Path | None, progress: bool, db_url: str | None,
                  plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
     names = _policies(policy)
     nodes = _cluster(cluster_shape, gpus)
+    try:
+        settings, per_policy = _policy_options(names, policy_config, policy_option)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    given = click.core.ParameterSource.COMMANDLINE
+    if "min_resolve_interval_s" in settings and \
+            ctx.get_parameter_source("resolve_interval") != given:
+        resolve_interval = settings["min_resolve_interval_s"]
+    if "idle_unallocated" in settings and ctx.get_parameter_source("idle_new_jobs") != given:
+        idle_new_jobs = settings["idle_unallocated"]
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
         try:
             open_store(db_url, create=True).dispose()
@@ -176,7 +218,8 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
         for name in names:
             bar = DelayedProgress(f"{name:>22}") if progress else None
             try:
-                results.append(simulate(jobs, name, config, progress=bar))
+                results.append(simulate(jobs, name, config, progress=bar,
+                                        policy_options=per_policy[name]))
             finally:
                 if bar is not None:
                     bar.close()
@@ -187,6 +230,10 @@ def simulate_cmd(trace: Path | None, throughputs: Path | None, profiles: Path | 
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"
                f"{', new jobs wait for it' if idle_new_jobs else ''}")
+    for name, opts in per_policy.items():
+        if opts:
+            click.echo(f"{name} options: "
+                       + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items())))
     click.echo(format_table(results))
     if json_out is not None:
         payload = [r.as_dict() for r in results]
@@ -212,18 +259,70 @@ def trace_group() -> None:
 
 
 @trace_group.command("generate")
-@click.option("--jobs", type=click.IntRange(min=1), default=GeneratorConfig.jobs, show_default=True)
+@click.option("--like", type=click.Choice(("builtin", "reference")), default="builtin",
+              show_default=True,
+              help="'builtin': our synthetic workload from the model catalogue; 'reference': "
+                   "drawn the way the Shockwave reference's trace generator draws its jobs "
+                   "(README: Reference-like workloads).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help=f"Jobs to draw (default {GeneratorConfig.jobs}; --like reference: "
+                   f"{ReferenceLikeConfig.jobs}).")
 @click.option("--seed", type=int, default=GeneratorConfig.seed, show_default=True)
-@click.option("--jobs-per-hour", type=click.FloatRange(min=0, min_open=True),
-              default=GeneratorConfig.jobs_per_hour, show_default=True,
-              help="Mean arrival rate (Poisson).")
+@click.option("--jobs-per-hour", type=click.FloatRange(min=0, min_open=True), default=None,
+              help=f"Mean arrival rate, Poisson (default {GeneratorConfig.jobs_per_hour:g}; "
+                   f"--like reference: {3600 / ReferenceLikeConfig.mean_interarrival_s:.1f}, "
+                   "the reference 120-job trace's rate on 32 GPUs).")
+@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="--like reference: the reference throughput JSON (e.g. "
+                   "../shared/data/shockwave-120/throughputs-tacc.json) that sets each job's "
+                   "length in iterations; without it the built-in catalogue's throughput model "
+                   "is used.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Output file (our JSONL format).")
-def trace_generate(jobs: int, seed: int, jobs_per_hour: float, out: Path) -> None:
-    """Generate a synthetic workload from the built-in model catalogue."""
-    specs = generate(GeneratorConfig(jobs=jobs, seed=seed, jobs_per_hour=jobs_per_hour))
-    write_jobs(specs, out)
-    click.echo(f"wrote {len(specs)} jobs to {out}")
+              help="Output file, in our JSONL format; with --like reference a name not ending "
+                   "in .jsonl/.json is written as a reference TSV trace (needs --throughputs).")
+def trace_generate(like: str, jobs: int | None, seed: int, jobs_per_hour: float | None,
+                   throughputs: Path | None, out: Path) -> None:
+    """Generate a synthetic workload."""
+    if like == "builtin":
+        if throughputs is not None:
+            raise click.UsageError("--throughputs applies to --like reference only")
+        config = GeneratorConfig(jobs=jobs or GeneratorConfig.jobs, seed=seed,
+                                 jobs_per_hour=jobs_per_hour or GeneratorConfig.jobs_per_hour)
+        specs = generate(config)
+        write_jobs(specs, out)
+        click.echo(f"wrote {len(specs)} jobs to {out}")
+        return
+    try:
+        _generate_reference_like(jobs, seed, jobs_per_hour, throughputs, out)
+    except (ShockslurmError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float | None,
+                             throughputs: Path | None, out: Path) -> None:
+    if throughputs is None and not _is_jsonl(out):
+        raise click.UsageError("a reference TSV trace is simulated with its throughput file: "
+                               "give --throughputs FILE, or name --out *.jsonl to use the "
+                               "built-in catalogue's throughputs")
+    config = ReferenceLikeConfig(
+        jobs=jobs or ReferenceLikeConfig.jobs, seed=seed,
+        mean_interarrival_s=(3600.0 / jobs_per_hour if jobs_per_hour
+                             else ReferenceLikeConfig.mean_interarrival_s))
+    if throughputs is None:
+        click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
+                   "throughput model, not the reference's measured throughputs", err=True)
+        table = catalogue_throughputs()
+    else:
+        table = read_throughputs(throughputs)
+    drawn = generate_reference_like(config, table)
+    if _is_jsonl(out):
+        write_jobs(reference_jobs([d.line for d in drawn], table, str(out)), out)
+        hint = f"--trace {out} --adaptation reference"
+    else:
+        write_reference_trace(drawn, out)
+        hint = f"--trace {out} --throughputs {throughputs}"
+    click.echo(f"wrote {len(drawn)} jobs to {out}")
+    click.echo(f"simulate with: shockslurm simulate {hint} --gpus G", err=True)
 
 
 @trace_group.command("convert")

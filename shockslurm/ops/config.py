@@ -29,10 +29,10 @@ import textwrap
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..policies import REGISTRY, PolicySettings, make_policy
+from ..policies import REGISTRY, PolicySettings, make_policy, option_names
 
 DEFAULT_PATH = "/etc/shockslurm/shockslurm.toml"
 CONFIG_ENV = "SHOCKSLURM_CONFIG"
@@ -304,30 +304,88 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>",
                 values[key.dotted] = _check(key, _env_value(key, env[var]), where)
                 sources[key.dotted] = var
     options = dict(tables["policy"])
+    origins = {name: source for name in options}
     for var, raw in sorted((env or {}).items()):   # SHOCKSLURM_POLICY_<OPTION>
         name = var[len(POLICY_ENV_PREFIX):].lower()
         if var.startswith(POLICY_ENV_PREFIX) and name:
             options[name] = _env_value(BY_NAME[f"policy.{name}"], raw) if \
                 f"policy.{name}" in BY_NAME else _toml_or_text(raw)
+            origins[name] = f"environment variable {var}"
             sources[f"policy.{name}"] = var
     for name in options:
         sources.setdefault(f"policy.{name}", source)
-    for name in SETTINGS_KEYS:
-        if name in options:
-            origin = sources[f"policy.{name}"]
-            _check(BY_NAME[f"policy.{name}"], options[name],
-                   origin if origin == source else f"environment variable {origin}")
     d = {k.name: values[k.dotted] for k in KEYS if k.section == "daemon"}
-    cfg = DaemonConfig(policy_options=options, sources=sources, **d)
-    try:  # unknown policy keyword arguments, and values the policy refuses, surface here
-        make_policy(cfg.policy, cfg.policy_settings())
+    options = check_policy_settings(options, origins)
+    assign_policy_options([d["policy"]], options, origins)
+    return DaemonConfig(policy_options=options, sources=sources, **d)
+
+
+# --------------------------------------------------------------------------- policy options
+def check_policy_settings(options: Mapping[str, Any], origins: Mapping[str, str]
+                          ) -> dict[str, Any]:
+    """Validate the `[policy]` keys that are `PolicySettings` fields (`SETTINGS_KEYS`);
+    `origins` maps each option to where it came from (for the error)."""
+    out = dict(options)
+    for name in SETTINGS_KEYS:
+        if name in out:
+            out[name] = _check(BY_NAME[f"policy.{name}"], out[name], origins[name])
+    return out
+
+
+def assign_policy_options(policies: Sequence[str], options: Mapping[str, Any],
+                          origins: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """Hand each policy option (every key but `SETTINGS_KEYS`) to the chosen policies that take
+    it, and build each policy with its options. A key no chosen policy takes, or a value a
+    policy refuses, is a `ConfigError` naming `policy.<key>` and where it came from."""
+    per: dict[str, dict[str, Any]] = {p: {} for p in policies}
+    for name, value in options.items():
+        if name in SETTINGS_KEYS:
+            continue
+        takers = [p for p in policies if name in option_names(p)]
+        if not takers:
+            taken = "; ".join(f"{p} takes {', '.join(option_names(p)) or 'none'}"
+                              for p in policies)
+            raise ConfigError(f"no chosen policy takes this option ({taken})",
+                              source=origins[name], field=f"policy.{name}")
+        for p in takers:
+            per[p][name] = value
+    for p, opts in per.items():
+        for name, value in opts.items():     # one at a time, so that the error names the key
+            _build(p, {name: value}, origins[name], f"policy.{name}")
+        if len(opts) > 1:                     # together: checks across options
+            _build(p, opts, ", ".join(sorted({origins[n] for n in opts})), "policy")
+    return per
+
+
+def _build(policy: str, options: Mapping[str, Any], source: str, field_name: str) -> None:
+    try:
+        make_policy(policy, PolicySettings(options=tuple(sorted(options.items()))))
     except (TypeError, ValueError) as exc:
-        from_env = sorted(v for k, v in sources.items()
-                          if k.startswith("policy.") and v.startswith(POLICY_ENV_PREFIX))
-        where = source + (f" (with {', '.join(from_env)})" if from_env else "")
-        raise ConfigError(f"the policy {cfg.policy!r} rejected its options: {exc}",
-                          source=where, field="policy") from None
-    return cfg
+        raise ConfigError(f"the policy {policy!r} refused it: {exc}", source=source,
+                          field=field_name) from None
+
+
+def parse_policy_assignments(items: Sequence[str], source: str) -> dict[str, Any]:
+    """`KEY=VALUE` strings (`--policy-option`) as options; a VALUE is parsed as TOML (`30`,
+    `1e-3`, `true`, `[0, 0.5, 1]`), else taken as a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"expected KEY=VALUE, got {item!r}", source=source)
+        out[name] = _toml_or_text(raw.strip())
+    return out
+
+
+def read_policy_table(path: str | Path) -> dict[str, Any]:
+    """The `[policy]` table of a daemon configuration file (`{}` without one); the file is
+    read as `load_config` reads it, and its other tables are not used."""
+    data = read_toml(path)
+    table = data.get("policy", {})
+    if not isinstance(table, dict):
+        raise ConfigError("must be a table", source=str(path), field="policy")
+    return table
 
 
 def config_path(cli_path: str | Path | None, env: Mapping[str, str]) -> Path:
@@ -337,9 +395,14 @@ def config_path(cli_path: str | Path | None, env: Mapping[str, str]) -> Path:
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> DaemonConfig:
     """Read and validate the TOML file; `env` (e.g. `os.environ`) applies the overrides."""
+    return parse_config(read_toml(path), source=str(path), env=env)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as a dict; a `ConfigError` naming the file if it cannot be read or parsed."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read the config file: {exc.strerror or exc}",
                           source=str(path)) from None
@@ -347,7 +410,6 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Daemo
         raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: {exc}", source=str(path)) from None
-    return parse_config(data, source=str(path), env=env)
 
 
 def load_effective(cli_path: str | Path | None = None,

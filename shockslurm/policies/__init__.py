@@ -7,7 +7,9 @@ imported only when their policy is built, so `fifo` needs no solver.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,8 @@ class PolicyEntry:
     target: str          # "module:Class", relative to this package
     gavel: bool          # an AllocationPolicy to wrap in GavelRounds
     summary: str
+    options: str = ""    # "module:Dataclass" whose fields are the options, for a class that
+                         # takes them as **overrides; "" = the constructor's keyword arguments
 
 
 REGISTRY: dict[str, PolicyEntry] = {
@@ -45,7 +49,8 @@ REGISTRY: dict[str, PolicyEntry] = {
                                 "Gandiva-Fair: equal time share per job"),
     "fifo": PolicyEntry("fifo:Fifo", False, "Slurm-like gang FIFO with EASY backfill"),
     "shockwave": PolicyEntry("shockwave:Shockwave", False,
-                             "Shockwave: volatile Fisher market with Bayesian forecasts"),
+                             "Shockwave: volatile Fisher market with Bayesian forecasts",
+                             options="shockwave.config:ShockwaveConfig"),
 }
 
 
@@ -53,15 +58,32 @@ def policy_names() -> list[str]:
     return list(REGISTRY)
 
 
-def make_policy(name: str, settings: PolicySettings = PolicySettings()):
-    """Build the named policy as a round `Policy` (see `engine.Policy`)."""
+def _entry(name: str) -> PolicyEntry:
     try:
-        entry = REGISTRY[name]
+        return REGISTRY[name]
     except KeyError:
         raise KeyError(f"unknown policy '{name}' (known: {', '.join(REGISTRY)})") from None
-    module_name, cls_name = entry.target.split(":")
-    cls = getattr(importlib.import_module(f"{__name__}.{module_name}"), cls_name)
-    policy = cls(**dict(settings.options))
+
+
+def _load(target: str) -> type:
+    module_name, attr = target.split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module_name}"), attr)
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The options (keyword arguments) the named policy takes, sorted."""
+    entry = _entry(name)
+    if entry.options:
+        return tuple(sorted(f.name for f in dataclasses.fields(_load(entry.options))))
+    params = inspect.signature(_load(entry.target)).parameters.values()
+    return tuple(sorted(p.name for p in params
+                        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)))
+
+
+def make_policy(name: str, settings: PolicySettings = PolicySettings()):
+    """Build the named policy as a round `Policy` (see `engine.Policy`)."""
+    entry = _entry(name)
+    policy = _load(entry.target)(**dict(settings.options))
     if entry.gavel:
         return GavelRounds(policy, round_s=settings.round_s,
                            min_resolve_interval_s=settings.min_resolve_interval_s,

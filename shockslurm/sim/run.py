@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..engine import RoundLoop, VirtualClock
 from ..model import JobSpec, Node, RoundPlan, Snapshot, cluster_shape
@@ -101,8 +101,10 @@ class _Recorder:
 
 
 def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
-             progress: Callable[[float], None] | None = None) -> SimResult:
-    """Simulate `policy` on `jobs` and return its metrics (see `metrics` for definitions)."""
+             progress: Callable[[float], None] | None = None,
+             policy_options: Mapping[str, Any] | None = None) -> SimResult:
+    """Simulate `policy` on `jobs` and return its metrics (see `metrics` for definitions);
+    `policy_options` are the policy's keyword arguments (e.g. ShockwaveConfig fields)."""
     if not jobs:
         raise ValueError("the workload has no jobs")
     t0 = time.perf_counter()
@@ -111,7 +113,8 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
                                adaptation=config.adaptation, nodes=config.nodes)
     settings = PolicySettings(round_s=config.round_s,
                               min_resolve_interval_s=config.min_resolve_interval_s,
-                              idle_unallocated=config.idle_unallocated)
+                              idle_unallocated=config.idle_unallocated,
+                              options=tuple(sorted((policy_options or {}).items())))
     recorder = _Recorder(cluster, progress)
     loop = RoundLoop(cluster, make_policy(policy, settings), VirtualClock(0.0), config.round_s,
                      observers=[recorder])
@@ -125,4 +128,5 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
                     for t, old, new in j.batch_size_changes)
     return SimResult(policy, config, metrics, outcomes, recorder.rounds,
                      time.perf_counter() - t0, stats.solve_s, len(events),
+                     extra={"policy_options": dict(policy_options)} if policy_options else {},
                      batch_size_events=events)

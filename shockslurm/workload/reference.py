@@ -185,23 +185,30 @@ def load_reference_workload(trace: str | Path, throughputs: str | Path,
     profs = read_profiles(profiles) if profiles is not None else None
     if profs is not None and len(profs) != len(lines):
         raise InputError(f"{len(profs)} profiles for {len(lines)} trace jobs", source=str(profiles))
+    return reference_jobs(lines, table, str(trace), profs, str(profiles))
+
+
+def reference_jobs(lines: list[TraceLine], table: Throughputs, source: str,
+                   profs: list[dict[str, Any]] | None = None,
+                   profiles_source: str = "<profiles>") -> list[JobSpec]:
+    """Job specs of parsed trace lines (job ids = list order) with `table`'s throughputs."""
     jobs = []
     for idx, tl in enumerate(lines):
         info = CATALOGUE[tl.model]
-        rates = _job_throughputs(tl, table, str(trace))
+        rates = _job_throughputs(tl, table, source)
         if profs is not None:
-            schedule, durations = _profile_schedule(profs[idx], tl, idx, str(profiles))
+            schedule, durations = _profile_schedule(profs[idx], tl, idx, profiles_source)
             missing = sorted(set(schedule) - set(rates))
             if missing:
                 raise InputError(f"profile uses batch sizes {missing} with no throughput for "
-                                 f"('{tl.model}', {tl.gang_size})", source=str(profiles),
+                                 f"('{tl.model}', {tl.gang_size})", source=profiles_source,
                                  field=f"[{idx}].bs_every_epoch")
         else:
             iters_per_epoch = math.ceil(info.samples_per_epoch / tl.batch_size)
             epochs = math.ceil(tl.total_steps / iters_per_epoch)
             if epochs > MAX_EPOCHS:
                 raise InputError(f"{tl.total_steps} steps make {epochs} epochs (at most "
-                                 f"{MAX_EPOCHS})", source=str(trace), line=tl.line,
+                                 f"{MAX_EPOCHS})", source=source, line=tl.line,
                                  field="total_steps")
             schedule = batch_size_schedule(tl.mode, epochs, tl.batch_size, sorted(rates))
             durations = [info.samples_per_epoch / b / rates[b] for b in schedule]

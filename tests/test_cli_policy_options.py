@@ -1,0 +1,89 @@
+"""`shockslurm simulate --policy-option KEY=VALUE` and `--policy-config FILE`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shockslurm.cli.main import cli
+from shockslurm.errors import ConfigError
+from shockslurm.ops.config import parse_config
+
+
+def _simulate(tmp_path: Path, *args: str) -> tuple[int, str, list[dict] | None]:
+    out = tmp_path / "o.json"
+    out.unlink(missing_ok=True)
+    result = CliRunner().invoke(cli, ["simulate", "--no-progress", "--json", str(out), *args])
+    data = json.loads(out.read_text()) if out.exists() else None
+    if isinstance(data, dict):
+        data = [data]
+    return result.exit_code, result.output, data
+
+
+def test_options_reach_the_policies_that_take_them(tmp_path: Path) -> None:
+    code, _, default = _simulate(tmp_path, "--policy", "shockwave,allox")
+    assert code == 0
+    code, output, tuned = _simulate(tmp_path, "--policy", "shockwave,allox",
+                                    "--policy-option", "future_rounds=5",
+                                    "--policy-option", "alpha=1")
+    assert code == 0, output
+    assert "shockwave options: future_rounds=5" in output and "allox options: alpha=1" in output
+    assert tuned[0]["policy_options"] == {"future_rounds": 5}
+    assert tuned[1]["policy_options"] == {"alpha": 1}
+    for before, after in zip(default, tuned):   # each option changed its policy's schedule
+        assert before["avg_jct_s"] != after["avg_jct_s"], before["policy"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "fifo,max_min_fairness", "--policy-option", "k=1"],
+     "field 'policy.k': no chosen policy takes this option"),
+    (["--policy", "shockwave", "--policy-option", "k=abc"],
+     "field 'policy.k': the policy 'shockwave' refused it: k must be a finite number"),
+    (["--policy", "shockwave", "--policy-option", "future_rounds=0"],
+     "field 'policy.future_rounds'"),
+    (["--policy", "allox", "--policy-option", "alpha=2"], "field 'policy.alpha'"),
+    (["--policy", "fifo", "--policy-option", "min_resolve_interval_s=-1"],
+     "field 'policy.min_resolve_interval_s'"),
+    (["--policy", "fifo", "--policy-option", "future_rounds"], "expected KEY=VALUE"),
+])
+def test_bad_options_name_the_key(tmp_path: Path, args: list[str], message: str) -> None:
+    code, output, _ = _simulate(tmp_path, *args)
+    assert code != 0 and "Traceback" not in output
+    assert "--policy-option" in output and message in output, output
+
+
+def test_policy_config_file_is_the_daemons_policy_table(tmp_path: Path) -> None:
+    """The [policy] table of a daemon config sets the Gavel gate like --resolve-interval and
+    --no-idle-new-jobs, and shockwave options; --policy-option and explicit flags win."""
+    conf = tmp_path / "shockslurm.toml"
+    conf.write_text('[daemon]\npolicy = "fifo"\n[policy]\nmin_resolve_interval_s = 0\n'
+                    'idle_unallocated = false\nfuture_rounds = 5\n')
+    base = ["--policy", "max_sum_throughput,shockwave"]
+    _, _, flags = _simulate(tmp_path, *base, "--resolve-interval", "0", "--no-idle-new-jobs",
+                            "--policy-option", "future_rounds=5")
+    code, output, from_file = _simulate(tmp_path, *base, "--policy-config", str(conf))
+    assert code == 0, output
+    assert "re-solve every 0 s" in output and "new jobs wait" not in output
+    assert from_file == [dict(r, sim_wall_s=f["sim_wall_s"], solve_s=f["solve_s"])
+                         for r, f in zip(flags, from_file)]
+    _, output, _ = _simulate(tmp_path, *base, "--policy-config", str(conf),
+                             "--resolve-interval", "500", "--policy-option", "future_rounds=7")
+    assert "re-solve every 500 s" in output and "future_rounds=7" in output
+    conf.write_text("[policy]\nfuture_rounds = 2.5\n")
+    code, output, _ = _simulate(tmp_path, "--policy", "shockwave", "--policy-config", str(conf))
+    assert code != 0 and f"{conf}, field 'policy.future_rounds'" in output, output
+    conf.write_text("[policy\n")
+    code, output, _ = _simulate(tmp_path, "--policy", "fifo", "--policy-config", str(conf))
+    assert code != 0 and "not valid TOML" in output
+
+
+@pytest.mark.parametrize("name", ["solver_threads", "calibration_tolerance"])
+def test_removed_settings_are_unknown(name: str) -> None:
+    """Neither was ever read (HiGHS runs on one thread for reproducible plans; the forecast's
+    calibration tolerance is `forecast.CALIBRATION_TOLERANCE`): setting one is an error."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"daemon": {"policy": "shockwave"}, "policy": {name: 1}}, source="d.toml")
+    assert err.value.field == f"policy.{name}" and "no chosen policy takes" in str(err.value)
