@@ -32,7 +32,7 @@ LIMITS = ChurnLimits(min_run_seconds=180.0, max_preemptions_per_day=24,
                      max_stops_without_checkpoint=3)
 
 
-def running(job_id: int, *, ran: float = 3600.0, restarts: int = 0, gpus: int = 8):
+def running(job_id: int, *, ran: float = 900.0, restarts: int = 0, gpus: int = 8):
     return replace(job(job_id, JobState.RUNNING, restarts=restarts, gpus=gpus),
                    start_time=NOW - ran, submit_time=NOW - 10_000 + job_id)
 
@@ -53,7 +53,7 @@ def test_min_run_time_from_slurm_start_time():
 
 def test_default_min_run_is_one_and_a_half_rounds():
     assert ChurnLimits.for_round(120).min_run_seconds == 180
-    assert ChurnLimits.for_round(6, max_preemptions_per_day=5) == ChurnLimits(9.0, 5, 3)
+    assert ChurnLimits.for_round(6, max_preemptions_per_day=5) == ChurnLimits(9.0, 5, 3, 3.0)
 
 
 def test_preemptions_per_day_counted_in_24_h_and_capped_by_restart_count():
@@ -182,7 +182,7 @@ def test_time_slicing_is_slowed_to_the_min_run_time_and_never_exceeds_the_gpus()
 def test_memory_counts_preemptions_per_day():
     clock = [NOW]
     backend = Backend([pending(1, gpus=32), pending(2, gpus=32)], clock)
-    cluster = _cluster(backend, churn=ChurnLimits(0, 2, 0))
+    cluster = _cluster(backend, churn=ChurnLimits(0, 2, 0, 0))
     for k in range(8):
         snap = cluster.observe(clock[0])
         cluster.enact(RoundPlan(run=frozenset({1 + k % 2})), snap)
@@ -281,3 +281,16 @@ def test_store_history_survives_a_restart_and_flag_is_recorded_once(store):
         events = s.scalars(select(JobEvent).where(JobEvent.job_pk == reg_pk,
                                                   JobEvent.kind == "flagged")).all()
         assert len(events) == 1 and "ok=false" in json.loads(events[0].detail)["reason"]
+
+
+def test_a_job_about_to_finish_is_not_stopped():
+    """Expected to end within the finish window: kept (a stop would race its own end); with
+    more work left, or with the window off, the other rules decide."""
+    limits = ChurnLimits(min_run_seconds=0, max_preemptions_per_day=0,
+                         max_stops_without_checkpoint=0, finish_window_seconds=60)
+    job = running(1, ran=1000)
+    assert keep_reason(job, StopHistory(), limits, NOW, remaining_s=20.0)[0] == "nearly_done"
+    assert keep_reason(job, StopHistory(), limits, NOW, remaining_s=300.0) is None
+    assert keep_reason(job, StopHistory(), limits, NOW, remaining_s=None) is None
+    off = replace(limits, finish_window_seconds=0)
+    assert keep_reason(job, StopHistory(), off, NOW, remaining_s=1.0) is None

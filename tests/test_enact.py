@@ -6,7 +6,7 @@ from shockslurm.model import RoundPlan
 from shockslurm.live.enact import commands, diff, requeue_step, start_steps, stop_steps
 from shockslurm.slurm.types import JobState, SlurmJob
 
-SPEC = 'shock:spec={"epochs":3,"model":"ResNet-18"}'
+SPEC = 'shock:spec={"epochs":3,"model":"ResNet-18","epoch_seconds":600}'  # 30 min: no job is nearly done
 
 
 def job(job_id: int, state: JobState = JobState.PENDING, *, managed: bool = True,

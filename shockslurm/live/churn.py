@@ -69,15 +69,19 @@ class ChurnGuard:
         return out
 
     def bound(self, plan: RoundPlan, ours: Sequence[SlurmJob], limits: en.ChurnLimits,
-              gpus: int, now: float, stats: EnactStats) -> RoundPlan:
+              gpus: int, now: float, stats: EnactStats,
+              remaining_s: Mapping[int, float] | None = None) -> RoundPlan:
         """The plan with the stops `limits` forbid dropped, and the starts that no longer fit
-        in `gpus` with them (`enact.bound_plan`); what was kept and dropped goes to `stats`."""
+        in `gpus` with them (`enact.bound_plan`); what was kept and dropped goes to `stats`.
+        `remaining_s`: each job's expected remaining run time (for the finish window)."""
         live = {(j.job_id, j.submit_time) for j in ours if not j.state.finished}
         self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in live}
         self.flagged &= live
         if not (limits.min_run_seconds > 0 or limits.max_preemptions_per_day > 0
-                or limits.max_stops_without_checkpoint > 0):
+                or limits.max_stops_without_checkpoint > 0
+                or limits.finish_window_seconds > 0):
             return plan
+        remaining_s = remaining_s or {}
         stopping = [j for j in ours if j.managed and j.job_id not in plan.run
                     and j.state in (JobState.RUNNING, JobState.SUSPENDED)]
         if not stopping:
@@ -85,7 +89,8 @@ class ChurnGuard:
         histories = self.histories(stopping)
         keep: dict[int, tuple[str, str]] = {}
         for job in stopping:
-            reason = en.keep_reason(job, histories[job.job_id], limits, now)
+            reason = en.keep_reason(job, histories[job.job_id], limits, now,
+                                    remaining_s.get(job.job_id))
             if reason is None:
                 continue
             keep[job.job_id] = reason

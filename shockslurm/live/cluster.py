@@ -330,7 +330,10 @@ class SlurmCluster:
         self.rounds += 1
         ours = [j for j in self._slurm_jobs if self._ours(j)]
         stats = EnactStats()
-        plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats)
+        remaining = {v.job_id: v.remaining_iterations / v.iterations_per_s
+                     for v in snapshot.jobs if v.iterations_per_s > 0}
+        plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats,
+                                remaining)
         resumed = self.stops.pending(ours)
         e = en.diff(plan, ours)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again

@@ -27,6 +27,9 @@ kept running instead when
 - it was preempted `max_preemptions_per_day` times (default 24) in the last 24 h: the
   daemon's successful `requeuehold` intents in the store (every incarnation), else its memory,
   counted at most Slurm's restart_count (every requeue raises it);
+- it is expected to finish within `finish_window_seconds` (default half a round; its remaining
+  exclusive run time from its reports or declared spec): a stop would free its GPUs barely
+  sooner, cost it a restart, and race its own end;
 - its checkpoints keep failing (the job is then *flagged*: logged once, a `flagged` job event,
   and never stopped by the daemon again; it runs to its end). A job that sends training
   reports is flagged when its last `max_stops_without_checkpoint` (default 3) stop cycles
@@ -205,20 +208,30 @@ def _ids(job_ids: Sequence[int]) -> str:
 # --------------------------------------------------------------------------- churn bounds
 DAY_S = 86_400.0
 MIN_RUN_ROUNDS = 1.5
+FINISH_WINDOW_ROUNDS = 0.5
 
 
 @dataclass(frozen=True)
 class ChurnLimits:
-    """How often the daemon may stop one job (0 disables a bound)."""
+    """How often the daemon may stop one job (0 disables a bound).
+
+    `finish_window_seconds`: a running job expected to finish within this many seconds (its
+    remaining exclusive run time, from its reports or its declared spec) is not stopped: the
+    stop would free its GPUs barely sooner, cost it a restart, and race its own end (a job that
+    ends in the same second as its USR1 cannot be told apart from one that checkpointed and
+    exited on it, so it would be requeued and run again)."""
 
     min_run_seconds: float = MIN_RUN_ROUNDS * 120.0
     max_preemptions_per_day: int = 24
     max_stops_without_checkpoint: int = 3
+    finish_window_seconds: float = FINISH_WINDOW_ROUNDS * 120.0
 
     @classmethod
     def for_round(cls, round_s: float, **overrides: float | int) -> "ChurnLimits":
-        """The defaults for rounds of `round_s` (min run 1.5 rounds), with overrides."""
-        values: dict = {"min_run_seconds": MIN_RUN_ROUNDS * round_s}
+        """The defaults for rounds of `round_s` (min run 1.5 rounds, finish window half a
+        round), with overrides."""
+        values: dict = {"min_run_seconds": MIN_RUN_ROUNDS * round_s,
+                        "finish_window_seconds": FINISH_WINDOW_ROUNDS * round_s}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -259,13 +272,18 @@ def checkpoint_failing(h: StopHistory, limits: ChurnLimits) -> str | None:
     return None
 
 
-def keep_reason(job: SlurmJob, h: StopHistory, limits: ChurnLimits,
-                now: float) -> tuple[str, str] | None:
+def keep_reason(job: SlurmJob, h: StopHistory, limits: ChurnLimits, now: float,
+                remaining_s: float | None = None) -> tuple[str, str] | None:
     """(rule, explanation) when a running job must not be stopped now, else None. Rules:
-    "flagged" (checkpoints failing), "min_run", "max_per_day"."""
+    "flagged" (checkpoints failing), "nearly_done" (expected to finish within the finish
+    window: `remaining_s`), "min_run", "max_per_day"."""
     why = checkpoint_failing(h, limits)
     if why is not None:
         return "flagged", why
+    if limits.finish_window_seconds > 0 and remaining_s is not None \
+            and remaining_s < limits.finish_window_seconds:
+        return "nearly_done", (f"expected to finish in {remaining_s:.0f} s < finish window "
+                               f"{limits.finish_window_seconds:g} s")
     if limits.min_run_seconds > 0 and job.start_time is not None:
         ran = now - job.start_time
         if ran < limits.min_run_seconds:
