@@ -5,9 +5,9 @@
 # As root on Debian 12. It
 #   1. starts a loopback-only Docker engine (docker/engine.sh: installs docker.io when missing,
 #      no bridge, no iptables), unless that engine already runs;
-#   2. makes the base image local/debian:12 from apt's Debian mirror (docker/build-base.sh),
-#      or uses $SHOCKSLURM_DOCKER_BASE (e.g. debian:12 where Docker Hub is reachable);
-#   3. builds the image (docker/Dockerfile) with the host's network;
+#   2-3. builds the image (docker/build.sh): the base local/debian:12 from apt's Debian mirror
+#      (docker/build-base.sh) unless $SHOCKSLURM_DOCKER_BASE names another (e.g. debian:12 where
+#      Docker Hub is reachable), then docker/Dockerfile with the host's network;
 #   4. runs the container on the host's network: its entrypoint starts the test cluster
 #      (shockslurm/slurm/testcluster.sh, slurmctld 6917 and slurmd 17101-17104 on 127.0.0.1, so
 #      a test cluster on the host keeps running), then docker/live-smoke.sh runs inside it:
@@ -17,13 +17,13 @@
 #   6. cleans up, also on failure: the container, the image, the build cache, and the engine if
 #      it started it. It keeps local/debian:12 in the engine's data root (/var/lib/shockslurm-docker)
 #      for the next run; SHOCKSLURM_DOCKER_KEEP_BASE=0 removes it too.
-# Exits non-zero when the image cannot be built or the smoke fails. About 4-6 minutes on a fresh
-# 2-core machine (mostly the image build); docker/README or README.md "Docker" has the numbers.
+# Exits non-zero when the image cannot be built or the smoke fails. About 3 minutes on a 2-core
+# machine, plus installing docker.io when missing (README.md "Docker" has the measured numbers).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 IMAGE=shockslurm-testcluster:smoke
 NAME="shockslurm-smoke-$$"
-BASE="${SHOCKSLURM_DOCKER_BASE:-local/debian:12}"
+BASE="${SHOCKSLURM_DOCKER_BASE:-local/debian:12}"   # docker/build.sh reads it too
 export DOCKER_HOST=unix:///run/shockslurm-docker.sock DOCKER_BUILDKIT=0
 T0=$(date +%s); t=$T0
 say() { echo "docker-smoke: $*"; }
@@ -39,10 +39,12 @@ cleanup() {
   local rc=$?
   docker rm -f "$NAME" >/dev/null 2>&1 || true
   docker rmi -f "$IMAGE" >/dev/null 2>&1 || true
+  docker container prune -f >/dev/null 2>&1 || true      # stopped ones, e.g. a failed build step's
   docker image prune -f >/dev/null 2>&1 || true          # layers of a build that failed midway
   docker builder prune -af >/dev/null 2>&1 || true
   if [ "${SHOCKSLURM_DOCKER_KEEP_BASE:-1}" = 0 ]; then docker rmi -f "$BASE" >/dev/null 2>&1 || true; fi
-  [ "$started_engine" = 1 ] && bash docker/engine.sh stop
+  say "left in the engine: $(docker images -aq 2>/dev/null | wc -l) image(s) $(docker images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | xargs), $(docker ps -aq 2>/dev/null | wc -l) container(s)"
+  if [ "$started_engine" = 1 ]; then bash docker/engine.sh stop; fi
   say "cleaned up; total $(( $(date +%s) - T0 )) s, exit $rc"
   exit $rc
 }
@@ -50,38 +52,11 @@ trap cleanup EXIT
 
 bash docker/engine.sh start
 lap "engine"
-if [ "$BASE" = local/debian:12 ]; then bash docker/build-base.sh; lap "base image"; fi
-
-# The PEM certificates in the CA bundle this machine's pip trusts that Debian's ca-certificates
-# does not ship (a site CA, e.g. of a TLS-inspecting proxy): the image trusts them too.
-site_ca_certs() {
-  python3 - "${PIP_CERT:-${REQUESTS_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}}" <<'PY'
-import glob, re, sys
-pem = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
-def blocks(path):
-    try:
-        return pem.findall(open(path, encoding="ascii", errors="replace").read())
-    except OSError:
-        return []
-shipped = {"".join(b.split()) for f in glob.glob("/usr/share/ca-certificates/**/*.crt",
-                                                 recursive=True) for b in blocks(f)}
-print("\n".join(b for b in blocks(sys.argv[1]) if "".join(b.split()) not in shipped))
-PY
-}
-
-# Where the build machine reaches PyPI through another index, a proxy or a site CA, so does the build.
-build_args=(--build-arg "BASE=$BASE")
-site_ca=$(site_ca_certs)
-[ -n "$site_ca" ] && build_args+=(--build-arg "SITE_CA_CERTS=$site_ca")
-[[ "${PIP_INDEX_URL:-}" =~ ^https?:// ]] && build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
-for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
-  [ -n "${!v:-}" ] && build_args+=(--build-arg "$v")
-done
 build_log=$(mktemp /tmp/shockslurm-docker-build.XXXXXX)
-timeout 1200 docker build --network host "${build_args[@]}" -t "$IMAGE" -f docker/Dockerfile . \
-  >"$build_log" 2>&1 || { tail -40 "$build_log" >&2; fail "the image did not build (log: $build_log)"; }
-rm -f "$build_log"
-lap "image build"
+timeout 1500 bash docker/build.sh "$IMAGE" >"$build_log" 2>&1 \
+  || { tail -40 "$build_log" >&2; fail "the image did not build (log: $build_log)"; }
+grep -E '^(build-base|build):' "$build_log"; rm -f "$build_log"
+lap "base image and image build"
 
 docker run -d --name "$NAME" --network host "$IMAGE" >/dev/null
 for _ in $(seq 120); do
