@@ -3,8 +3,13 @@
 # (default: sleep), and stop the cluster on `docker stop`.
 set -euo pipefail
 CLUSTER=/opt/shockslurm/shockslurm/slurm/testcluster.sh
-# Slurm resolves this host's name; on the host's network the name may be the host's own.
-grep -qw "$(hostname -s)" /etc/hosts || echo "127.0.0.1 $(hostname -s)" >> /etc/hosts
+# testcluster.sh binds Slurm to the address this host's name resolves to when that is loopback.
+# On the host's network the name is the host's own, which may resolve elsewhere: map it to
+# 127.0.0.1 first (/etc/hosts is a bind mount: rewrite it in place).
+name=$(hostname -s)
+if [[ "$(getent ahostsv4 "$name" | awk 'NR == 1 {print $1}')" != 127.* ]]; then
+  hosts=$(cat /etc/hosts); printf '127.0.0.1 %s\n%s\n' "$name" "$hosts" > /etc/hosts
+fi
 bash "$CLUSTER" start
 touch /run/shockslurm-cluster-ready
 trap 'bash "$CLUSTER" stop; exit 0' TERM INT
