@@ -4,8 +4,17 @@
 # Works on a fresh Debian 12 as root: installs python3-venv when missing, builds .venv, installs
 # the package with its test extras, then runs pytest. pytest's exit code 5 ("no tests
 # collected", e.g. a -k that matches nothing) is reported and treated as success.
+# Then, whatever pytest's outcome, the docker smoke (docker/smoke.sh, README "Docker": the test
+# cluster and the daemon in a container, about 3 minutes); the run fails if either fails.
+# SHOCKSLURM_SKIP_DOCKER=1 skips the smoke on a developer's machine; with
+# SHOCKSLURM_REQUIRE_ALL=1 (CI) that is refused.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [ "${SHOCKSLURM_SKIP_DOCKER:-0}" = 1 ] && [ "${SHOCKSLURM_REQUIRE_ALL:-0}" = 1 ]; then
+  echo "tests/run.sh: SHOCKSLURM_SKIP_DOCKER=1 refused: SHOCKSLURM_REQUIRE_ALL=1, nothing may skip" >&2
+  exit 1
+fi
 
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   echo "tests/run.sh: installing python3-venv"
@@ -48,6 +57,17 @@ rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
   echo "tests/run.sh: pytest collected no tests (exit 5); nothing failed"
-  exit 0
+  rc=0
 fi
-exit "$rc"
+
+if [ "${SHOCKSLURM_SKIP_DOCKER:-0}" = 1 ]; then
+  echo "tests/run.sh: docker smoke SKIPPED (SHOCKSLURM_SKIP_DOCKER=1)"
+  exit "$rc"
+fi
+set +e
+bash docker/smoke.sh
+docker_rc=$?
+set -e
+[ "$docker_rc" -eq 0 ] || echo "tests/run.sh: the docker smoke FAILED (exit $docker_rc)" >&2
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$docker_rc"

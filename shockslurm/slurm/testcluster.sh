@@ -2,6 +2,7 @@
 # shockslurm test cluster: a real Slurm 22.05 (Debian 12) on one host, for tests, CI and docker/.
 #
 #   testcluster.sh start    install Debian's Slurm when missing, configure, start (idempotent)
+#   testcluster.sh install  only install Debian's Slurm and munge when missing (image builds)
 #   testcluster.sh stop     cancel every job, then stop the daemons this script started (by PID)
 #   testcluster.sh status   daemons, nodes, queue
 #   testcluster.sh reset    stop, wipe job state, start again (job ids restart at 1)
@@ -12,14 +13,22 @@
 #   SHOCK_SLURM_GPUS   fake GPUs per node                      [8]
 #   SHOCK_SLURM_LUA    job_submit.lua to enable ("" = none)    [the plugin shipped beside this script]
 #   SHOCK_SLURM_KILLWAIT  seconds between SIGTERM and SIGKILL  [5]
+#   SHOCK_SLURM_CTLD_PORT slurmctld's port                     [6817]
+#   SHOCK_SLURM_NODE_PORT the first slurmd's port; node i listens on this + i - 1  [17001]
+#     (docker/ runs a second cluster on the host's network with other ports: 6917, 17101...)
 #
 # Facts this relies on (verified on Slurm 22.05.8, see the project's notes):
 # - slurmctld only starts when SlurmctldHost is this host's short name; we pin its address to
 #   127.0.0.1, and every slurmd listens on 127.0.0.1 with a port of its own (17001, ...).
+#   SlurmdPort stays 6818 but nothing listens there: each node's Port= wins.
 # - GPU gres without File= is dropped ("Removing file-less GPU") and the node drains, so each
 #   node gets character devices (major 195, like nvidia) that nothing ever opens (task/none).
 # - Without slurmdbd, AccountingStorageTRES=gres/gpu is fatal: GPUs are read from tres_per_node.
 # - A node that once registered badly stays DRAIN: test nodes are disposable, so we resume them.
+# - Slurm binds its listening sockets to every address (INADDR_ANY) unless CommunicationParameters
+#   has NoCtldInAddrAny (slurmctld) and NoInAddrAny (slurmd, commands): then it binds the address
+#   this host's name resolves to. We set both when that address is loopback, so nothing listens
+#   beyond 127.0.0.0/8 (docker/entrypoint.sh maps the container's name to 127.0.0.1).
 # - PID 1 here may reap orphans late: a zombie still answers kill -0, so liveness checks ps.
 set -euo pipefail
 
@@ -29,6 +38,8 @@ NODES="${SHOCK_SLURM_NODES:-4}"
 GPUS="${SHOCK_SLURM_GPUS:-8}"
 LUA="${SHOCK_SLURM_LUA-$HERE/plugin/job_submit.lua}"
 KILLWAIT="${SHOCK_SLURM_KILLWAIT:-5}"
+CTLD_PORT="${SHOCK_SLURM_CTLD_PORT:-6817}"
+NODE_PORT="${SHOCK_SLURM_NODE_PORT:-17001}"
 ETC=/etc/slurm
 CONF="$ETC/slurm.conf"
 MARK="# written by shockslurm testcluster.sh"
@@ -36,9 +47,15 @@ MARK="# written by shockslurm testcluster.sh"
 say() { echo "testcluster: $*"; }
 die() { echo "testcluster: ERROR: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (it installs packages and starts daemons)"
-case "$NODES$GPUS$KILLWAIT" in *[!0-9]*) die "SHOCK_SLURM_NODES/GPUS/KILLWAIT must be integers";; esac
+case "$NODES$GPUS$KILLWAIT$CTLD_PORT$NODE_PORT" in
+  *[!0-9]*) die "SHOCK_SLURM_NODES/GPUS/KILLWAIT/CTLD_PORT/NODE_PORT must be integers";; esac
 [ "$NODES" -ge 1 ] && [ "$NODES" -le 64 ] || die "SHOCK_SLURM_NODES must be 1..64"
 [ "$GPUS" -ge 1 ] && [ "$GPUS" -le 64 ] || die "SHOCK_SLURM_GPUS must be 1..64"
+[ "$CTLD_PORT" -ge 1024 ] && [ "$CTLD_PORT" -le 65535 ] || die "SHOCK_SLURM_CTLD_PORT must be 1024..65535"
+[ "$NODE_PORT" -ge 1024 ] && [ $((NODE_PORT + NODES - 1)) -le 65535 ] \
+  || die "SHOCK_SLURM_NODE_PORT must be 1024..65535 for every node"
+[ "$CTLD_PORT" -lt "$NODE_PORT" ] || [ "$CTLD_PORT" -ge $((NODE_PORT + NODES)) ] \
+  || die "SHOCK_SLURM_CTLD_PORT $CTLD_PORT falls among the slurmd ports $NODE_PORT..$((NODE_PORT + NODES - 1))"
 
 node() { printf 'gpu%02d' "$1"; }
 alive() { # a pid file naming a live, non-zombie process
@@ -99,7 +116,7 @@ SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
-SlurmctldPort=6817
+SlurmctldPort=$CTLD_PORT
 SlurmdPort=6818
 MailProg=/bin/true
 MpiDefault=none
@@ -127,8 +144,13 @@ SlurmdTimeout=120
 InactiveLimit=0
 EOF
   [ -n "$LUA" ] && echo "JobSubmitPlugins=lua" >> "$tmp"
+  if [[ "$(getent ahostsv4 "$host" | awk 'NR == 1 {print $1}')" == 127.* ]]; then
+    echo "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny" >> "$tmp"
+  else
+    say "warning: $host does not resolve to 127.0.0.0/8: Slurm listens on every address" >&2
+  fi
   for i in $(seq "$NODES"); do
-    echo "NodeName=$(node "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((17000 + i)) CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=256000 Gres=gpu:$GPUS State=UNKNOWN" >> "$tmp"
+    echo "NodeName=$(node "$i") NodeHostname=$host NodeAddr=127.0.0.1 Port=$((NODE_PORT + i - 1)) CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=256000 Gres=gpu:$GPUS State=UNKNOWN" >> "$tmp"
   done
   local all; all="gpu[01-$(printf %02d "$NODES")]"; [ "$NODES" = 1 ] && all=gpu01
   echo "PartitionName=gpu Nodes=$all Default=YES MaxTime=INFINITE State=UP PriorityTier=1" >> "$tmp"
@@ -221,6 +243,7 @@ do_start() {
 mkdir -p "$DIR"
 case "${1:-start}" in
   start) do_start ;;
+  install) install_packages ;;
   stop) do_stop ;;
   reset)
     do_stop
@@ -231,5 +254,5 @@ case "${1:-start}" in
     for f in "$DIR"/*.pid; do [ -e "$f" ] && printf '%-20s %s\n' "$(basename "$f")" "$(alive "$f" && echo alive || echo dead)"; done
     sinfo -N -o '%N %T %G' 2>&1 || true
     squeue 2>&1 || true ;;
-  *) die "usage: $0 [start|stop|status|reset]" ;;
+  *) die "usage: $0 [start|stop|status|reset|install]" ;;
 esac
