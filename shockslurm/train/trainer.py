@@ -311,15 +311,20 @@ class ShockTrainer:
             yield epoch, size, self._batches(dataset, n, size, start, shuffle)
             if self.stopped:
                 return
-            self.reporter.epoch_done(epoch, self.global_step, batch_size=size,
-                                     epochs=num_epochs)
-            epoch += 1
-            if epoch >= num_epochs or self.checkpoint_epochs:
-                # Position "start of the next epoch", taken after the user's per-epoch code, so a
-                # restart after the end (or from an epoch checkpoint) does not run it twice.
-                self.epoch, self.step_in_epoch = epoch, 0
-                self.save()
+            epoch = self._end_epoch(epoch, num_epochs, size)
         self.epoch, self.step_in_epoch = num_epochs, 0
+
+    def _end_epoch(self, epoch: int, num_epochs: int, batch_size: int) -> int:
+        """Report epoch `epoch` done and checkpoint where due; returns the next epoch. The saved
+        position is "start of the next epoch", taken after the user's per-epoch code, so a
+        restart after the end (or from an epoch checkpoint) does not run it twice."""
+        self.reporter.epoch_done(epoch, self.global_step, batch_size=batch_size,
+                                 epochs=num_epochs)
+        epoch += 1
+        if epoch >= num_epochs or self.checkpoint_epochs:
+            self.epoch, self.step_in_epoch = epoch, 0
+            self.save()
+        return epoch
 
     def _note_batch_size(self, epoch: int, size: int) -> None:
         """Report a batch size that differs from the previous epoch's."""
@@ -356,12 +361,7 @@ class ShockTrainer:
             yield epoch
             if self.stopped:
                 return
-            self.reporter.epoch_done(epoch, self.global_step, batch_size=self.batch_size or 0,
-                                     epochs=num_epochs)
-            epoch += 1
-            if epoch >= num_epochs or self.checkpoint_epochs:
-                self.epoch, self.step_in_epoch = epoch, 0
-                self.save()
+            epoch = self._end_epoch(epoch, num_epochs, self.batch_size or 0)
         self.epoch, self.step_in_epoch = num_epochs, 0
 
     def batches(self, loader: Any) -> Iterator[tuple[int, Any]]:
