@@ -10,6 +10,7 @@ other managed jobs on the shared test cluster are left alone (their GPUs count a
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -64,7 +65,11 @@ def _run_daemon(tmp: Path, policy: str, options: dict, ours: set[int], db: str):
     return daemon, engine, lines
 
 
-def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict) -> None:
+def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict, *,
+              must_stop: bool) -> None:
+    """`must_stop`: the policy time-slices (max-min fairness), so demand twice the cluster
+    must make it stop jobs; Shockwave may plan without any stop (its one stop may be of a job
+    about to finish, which the churn bounds keep running)."""
     tmp = tmp_path
     (tmp / "state").mkdir()
     db = str(tmp / "store.db")
@@ -143,7 +148,8 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict) -> None
                     signalled = True
             if previous_restart > 0:
                 stopped_jobs += 1
-        assert stopped_jobs > 0, "demand is twice the cluster: some job must have been stopped"
+        if must_stop:
+            assert stopped_jobs > 0, "demand is twice the cluster: max-min must stop jobs"
 
         with Session(engine) as s:
             intents = list(s.scalars(select(EnactmentIntent)))
@@ -158,9 +164,9 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict) -> None
                     signalled[i.job_pk] = i.created_at.timestamp()
                 elif i.action == "requeuehold" and i.job_pk in signalled:
                     waits.append(i.created_at.timestamp() - signalled.pop(i.job_pk))
-            assert waits and max(waits) < SWITCH_BOUND_S, (
+            assert (waits or not must_stop) and max(waits, default=0.0) < SWITCH_BOUND_S, (
                 f"USR1 -> requeuehold took {sorted(waits)} s (grace {GRACE_S} s)")
-            print(f"USR1 -> requeuehold: median {sorted(waits)[len(waits) // 2]:.2f} s, "
+            print(f"USR1 -> requeuehold: median {statistics.median(waits or [0.0]):.2f} s, "
                   f"max {max(waits):.2f} s over {len(waits)} stops (grace {GRACE_S} s)")
         engine.dispose()
 
@@ -180,8 +186,8 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict) -> None
 
 def test_daemon_max_min_fairness(tmp_path: Path, slurm_cluster):
     _scenario(tmp_path, slurm_cluster, "max_min_fairness",
-              {"min_resolve_interval_s": 0, "idle_unallocated": False})
+              {"min_resolve_interval_s": 0, "idle_unallocated": False}, must_stop=True)
 
 
 def test_daemon_shockwave(tmp_path: Path, slurm_cluster):
-    _scenario(tmp_path, slurm_cluster, "shockwave", {})
+    _scenario(tmp_path, slurm_cluster, "shockwave", {}, must_stop=False)
