@@ -167,7 +167,7 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict, *,
             assert (waits or not must_stop) and max(waits, default=0.0) < SWITCH_BOUND_S, (
                 f"USR1 -> requeuehold took {sorted(waits)} s (grace {GRACE_S} s)")
             print(f"USR1 -> requeuehold: median {statistics.median(waits or [0.0]):.2f} s, "
-                  f"max {max(waits):.2f} s over {len(waits)} stops (grace {GRACE_S} s)")
+                  f"max {max(waits, default=0.0):.2f} s over {len(waits)} stops (grace {GRACE_S} s)")
         engine.dispose()
 
         # The unmanaged job ran to its normal end.
