@@ -9,7 +9,7 @@ Every name starts with `shockslurm_`:
 | `shockslurm_solve_duration_seconds` | histogram | the policy's `allocate` time |
 | `shockslurm_managed_jobs{state}` | gauge | active managed jobs this daemon schedules, by Slurm state (PENDING, RUNNING, SUSPENDED, COMPLETING) |
 | `shockslurm_gpus_allocated` | gauge | GPUs the latest round's plan gives to jobs |
-| `shockslurm_gpus_total` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
+| `shockslurm_gpus_schedulable` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
 | `shockslurm_enactment_failures_total{action,reason}` | counter | failed Slurm calls, one per job the command named (as many as the store's intents with a non-zero return code); `action` is the verb (signal, requeuehold, hold, update, release), `reason` a coarse class of its stderr (invalid_job, job_state, permission, timeout, backend_error, other) |
 | `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
 | `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
@@ -17,6 +17,10 @@ Every name starts with `shockslurm_`:
 | `shockslurm_outages_total{what}` | counter | outages begun: `slurm` (cannot be read or reached) or `store` (cannot record) |
 | `shockslurm_outage_active{what}` | gauge | 1 while that outage lasts (no actions are taken), else 0 |
 | `shockslurm_leader` | gauge | 1 while this daemon holds the store's leader lock (it alone acts), 0 while it stands by |
+| `shockslurm_build_info{version,python}` | gauge | always 1; the labels name the running shockslurm and Python |
+| `process_*`, `python_info` | | the daemon process's CPU seconds, memory, open files, start time (`prometheus_client`'s process and platform collectors) |
+
+A gauge's name never ends in `_total` (Prometheus reserves it for counters; promtool flags it).
 
 Forecast error, defined: the first round a job is seen RUNNING, the daemon records its forecast
 remaining run time F = remaining iterations / iterations per second (the policy's view of the
@@ -32,12 +36,16 @@ without another squeue read).
 
 from __future__ import annotations
 
+import platform
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, Info,
+                               PlatformCollector, ProcessCollector)
 from prometheus_client.exposition import generate_latest
+
+from .. import __version__
 
 ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
 OUTAGE_KINDS = ("slurm", "store")
@@ -77,6 +85,10 @@ class DaemonMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info("shockslurm_build", "The running shockslurm.", registry=r).info(
+            {"version": __version__, "python": platform.python_version()})
         self.rounds = Counter("shockslurm_rounds", "Rounds run.", registry=r)
         self.round_duration = Histogram("shockslurm_round_duration_seconds",
                                         "Wall time of a round (observe, solve, enact).",
@@ -90,8 +102,9 @@ class DaemonMetrics:
             self.jobs.labels(state=state).set(0)
         self.gpus_allocated = Gauge("shockslurm_gpus_allocated",
                                     "GPUs the latest round's plan allocates.", registry=r)
-        self.gpus_total = Gauge("shockslurm_gpus_total",
-                                "GPUs the policy could allocate in the latest round.", registry=r)
+        self.gpus_schedulable = Gauge("shockslurm_gpus_schedulable",
+                                      "GPUs the policy could allocate in the latest round.",
+                                      registry=r)
         self.enactment_failures = Counter(
             "shockslurm_enactment_failures",
             "Failed Slurm calls, one per job named, by verb and stderr class.",
@@ -119,7 +132,7 @@ class DaemonMetrics:
 
     # ------------------------------------------------------------------ recording
     def record_round(self, *, now: float, round_duration_s: float, solve_s: float,
-                     gpus_allocated: int, gpus_total: int, states: Mapping[int, str],
+                     gpus_allocated: int, gpus_schedulable: int, states: Mapping[int, str],
                      views: Mapping[int, Any]) -> None:
         """One round. `states`: Slurm state of every active managed job by job id; `views`:
         the snapshot's `JobView`s by job id (for the forecast)."""
@@ -132,7 +145,7 @@ class DaemonMetrics:
         for state, n in counts.items():
             self.jobs.labels(state=state).set(n)
         self.gpus_allocated.set(gpus_allocated)
-        self.gpus_total.set(gpus_total)
+        self.gpus_schedulable.set(gpus_schedulable)
         self.last_round.set(now)
         self._track_forecasts(now, states, views)
 
@@ -207,7 +220,8 @@ class MetricsObserver:
         states = {jid: live.slurm.state.value for jid, live in self.cluster.jobs.items()}
         self.metrics.record_round(
             now=snapshot.now, round_duration_s=now - snapshot.now, solve_s=solve_s,
-            gpus_allocated=plan.gpus_used(snapshot), gpus_total=snapshot.gpus, states=states,
+            gpus_allocated=plan.gpus_used(snapshot), gpus_schedulable=snapshot.gpus,
+            states=states,
             views={v.job_id: v for v in snapshot.jobs})
 
 
