@@ -69,3 +69,26 @@ def test_base_install_runs_without_daemon_dependencies(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "1"]
+
+
+def test_run_sh_checks_types_first_and_stops_the_cluster_it_started():
+    """The order CI relies on: mypy, pytest, the cluster stopped (unless kept), the docker
+    smoke."""
+    script = (ROOT / "tests" / "run.sh").read_text()
+    steps = [script.index(s) for s in ("-m mypy", "-m pytest", "SHOCKSLURM_KEEP_CLUSTER:-0",
+                                         "testcluster.sh stop", "bash docker/smoke.sh")]
+    assert steps == sorted(steps)
+    assert 'cluster_was_up" = 1' in script          # a cluster someone else started stays up
+
+
+def test_the_unit_runs_the_venv_and_the_store_lies_in_its_state_directory():
+    """Debian 12 installs into /opt/shockslurm/venv (PEP 668); the default store is under the
+    unit's StateDirectory."""
+    from shockslurm.ops.config import parse_config
+
+    unit = (ROOT / "contrib" / "systemd" / "shockslurm.service").read_text()
+    assert "\nExecStart=/opt/shockslurm/venv/bin/shockslurm daemon " in unit
+    assert "\nStateDirectory=shockslurm\n" in unit
+    assert parse_config({}).db == "/var/lib/shockslurm/shockslurm.db"
+    readme = (ROOT / "README.md").read_text()
+    assert "python3 -m venv /opt/shockslurm/venv" in readme

@@ -94,9 +94,13 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                                         retry_s=cfg.round_seconds)
             leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
         daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+        journald = cfg.journald     # a restart key: SIGHUP changes only the format
+
+        def relog(log_format: str) -> None:
+            logsetup.configure(log_format, journald=journald)
+
         runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
-                              on_log_format=lambda fmt: logsetup.configure(
-                                  fmt, journald=cfg.journald), leader=leader)
+                              on_log_format=relog, leader=leader)
         runner.install_signals()
         rounds = runner.run(max_rounds=1 if once else None)
         log.info("shockslurm daemon: stopped after %d rounds", rounds,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 
 import click
 
@@ -85,4 +84,4 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

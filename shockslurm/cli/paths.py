@@ -52,8 +52,8 @@ class OutputFile(click.Path):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        path = super().convert(value, param, ctx)
-        problem = file_problem(Path(path))
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        problem = file_problem(path)
         if problem:
             self.fail(f"{path}: {problem}", param, ctx)
         return path
@@ -68,8 +68,8 @@ class OutputDir(click.Path):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        path = super().convert(value, param, ctx)
-        problem = dir_problem(Path(path))
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        problem = dir_problem(path)
         if problem:
             self.fail(f"{path}: {problem}", param, ctx)
         return path

@@ -54,7 +54,8 @@ def _load_workload(trace: Path | None, throughputs: Path | None, profiles: Path 
     return load_reference_workload(trace, throughputs, profiles)
 
 
-def _policies(value: str) -> list[str]:
+def policy_list(value: str) -> list[str]:
+    """`--policy a,b`: the named policies, or a usage error naming the unknown ones."""
     names = [p.strip() for p in value.split(",") if p.strip()]
     unknown = [p for p in names if p not in REGISTRY]
     if unknown or not names:
@@ -163,7 +164,7 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
                  json_out: Path | None, progress: bool, db_url: str | None,
                  plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
-    names = _policies(policy)
+    names = policy_list(policy)
     nodes = _cluster(cluster_shape, gpus)
     try:
         settings, per_policy = _policy_options(names, policy_config, policy_option)
@@ -204,7 +205,7 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
                     bar.close()
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    shape = f" on nodes {cluster_shape.replace(' ', '')}" if nodes else ""
+    shape = f" on nodes {cluster_shape.replace(' ', '')}" if cluster_shape else ""
     click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import click
 
@@ -78,7 +79,7 @@ def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float |
     if throughputs is None:
         click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
                    "throughput model, not the reference's measured throughputs", err=True)
-        table = catalogue_throughputs()
+        table: Mapping[tuple[str, int], float] = catalogue_throughputs()
     else:
         table = read_throughputs(throughputs)
     drawn = generate_reference_like(config, table)

@@ -39,13 +39,20 @@ from __future__ import annotations
 import platform
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, cast
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, Info,
                                PlatformCollector, ProcessCollector)
 from prometheus_client.exposition import generate_latest
 
 from .. import __version__
+
+if TYPE_CHECKING:   # types only: the metrics module imports no layer at run time
+    from ..live.cluster import SlurmCluster
+    from ..live.enact import Step
+    from ..live.journaling import Journal, LiveJob
+    from ..model import JobView, RoundPlan, Snapshot
+    from ..slurm.types import CommandResult, SlurmJob
 
 ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
 OUTAGE_KINDS = ("slurm", "store")
@@ -133,7 +140,7 @@ class DaemonMetrics:
     # ------------------------------------------------------------------ recording
     def record_round(self, *, now: float, round_duration_s: float, solve_s: float,
                      gpus_allocated: int, gpus_schedulable: int, states: Mapping[int, str],
-                     views: Mapping[int, Any]) -> None:
+                     views: Mapping[int, JobView]) -> None:
         """One round. `states`: Slurm state of every active managed job by job id; `views`:
         the snapshot's `JobView`s by job id (for the forecast)."""
         self.rounds.inc()
@@ -150,7 +157,7 @@ class DaemonMetrics:
         self._track_forecasts(now, states, views)
 
     def _track_forecasts(self, now: float, states: Mapping[int, str],
-                         views: Mapping[int, Any]) -> None:
+                         views: Mapping[int, JobView]) -> None:
         for job_id, fc in list(self._forecasts.items()):
             state = states.get(job_id)
             if state is None or state == "COMPLETING":
@@ -209,13 +216,13 @@ class MetricsObserver:
     """`RoundObserver` feeding `DaemonMetrics` from a `SlurmCluster` (public attributes only:
     `jobs`); `clock` must be the loop's clock (the round started at `snapshot.now`)."""
 
-    def __init__(self, metrics: DaemonMetrics, cluster: Any,
+    def __init__(self, metrics: DaemonMetrics, cluster: SlurmCluster,
                  clock: Callable[[], float] = time.time) -> None:
         self.metrics = metrics
         self.cluster = cluster
         self.clock = clock
 
-    def on_round(self, snapshot: Any, plan: Any, solve_s: float) -> None:
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
         now = self.clock()
         states = {jid: live.slurm.state.value for jid, live in self.cluster.jobs.items()}
         self.metrics.record_round(
@@ -226,27 +233,28 @@ class MetricsObserver:
 
 
 class MetricsJournal:
-    """Wraps a `slurm.journaling.Journal` (or None) to count failed calls by verb and stderr class."""
+    """Wraps a `live.journaling.Journal` (or None) to count failed calls by verb and stderr class."""
 
-    def __init__(self, inner: Any, metrics: DaemonMetrics) -> None:
+    def __init__(self, inner: Journal | None, metrics: DaemonMetrics) -> None:
         self.inner = inner
         self.metrics = metrics
 
-    def begin_round(self, snapshot: Any, plan: Any, jobs: Any) -> None:
+    def begin_round(self, snapshot: Snapshot, plan: RoundPlan,
+                    jobs: Mapping[int, LiveJob]) -> None:
         if self.inner is not None:
             self.inner.begin_round(snapshot, plan, jobs)
 
-    def intent(self, step: Any) -> object:
+    def intent(self, step: Step) -> object:
         handle = self.inner.intent(step) if self.inner is not None else None
         return (handle, step)
 
-    def outcome(self, handle: object, result: Any) -> None:
-        inner_handle, step = handle  # type: ignore[misc]
+    def outcome(self, handle: object, result: CommandResult) -> None:
+        inner_handle, step = cast("tuple[object, Step]", handle)   # what `intent` returned
         if self.inner is not None:
             self.inner.outcome(inner_handle, result)
         self.metrics.record_outcome(step.action, len(step.job_ids), result.returncode,
                                     result.stderr or "")
 
-    def job_ended(self, job: Any, final: Any, now: float) -> None:
+    def job_ended(self, job: LiveJob, final: SlurmJob | None, now: float) -> None:
         if self.inner is not None:
             self.inner.job_ended(job, final, now)

@@ -148,7 +148,7 @@ def validate(report: Any) -> dict[str, Any]:
         raise BadReport("neither job_id nor job_pk is an integer")
     if not _is(report.get("cluster", "slurm"), str):
         raise BadReport("cluster must be a string")
-    time_s = report.get("time_s")
+    time_s: Any = report.get("time_s")
     if not _is(time_s, (int, float)) or not math.isfinite(time_s):
         raise BadReport(f"time_s must be a finite number, got {limits.shown(time_s)}")
     for field, ftype in _FIELDS[kind].items():
@@ -341,7 +341,7 @@ def add_rows(session: Session, report: dict[str, Any], job_pk: int) -> None:
         repo.add_throughput_sample(session, job_pk, time_s=t,
                                    samples_per_s=float(report["samples_per_s"]),
                                    batch_size=report["batch_size"], gpus=report["gpus"])
-        progress = report.get("epoch_progress")
+        progress: Any = report.get("epoch_progress")
         if _is(progress, (int, float)) and math.isfinite(progress) and progress >= 0:
             detail = {k: report[k] for k in PROGRESS_KEYS if _is(report.get(k), (int, float))}
             session.add(JobEvent(job_pk=job_pk, time_s=t, kind="progress",
