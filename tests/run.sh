@@ -8,6 +8,10 @@
 # cluster and the daemon in a container, about 3 minutes); the run fails if either fails.
 # SHOCKSLURM_SKIP_DOCKER=1 skips the smoke on a developer's machine; with
 # SHOCKSLURM_REQUIRE_ALL=1 (CI) that is refused.
+# Before pytest, mypy checks the package (config in pyproject.toml); a type error fails the run.
+# The Slurm test cluster that the integration tests start is stopped after pytest (a line says
+# so) unless SHOCKSLURM_KEEP_CLUSTER=1, or it was running before this script started, in which
+# case it is left as it was.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -51,6 +55,13 @@ fi
 # CPU torch for the training helper's tests (tests/test_train_*.py); a local wheel answers this pin.
 .venv/bin/python -m pip install -q torch==2.13.0
 
+echo "tests/run.sh: mypy (the type checker; pyproject.toml [tool.mypy])"
+.venv/bin/python -m mypy
+
+cluster_up() { command -v scontrol >/dev/null 2>&1 && scontrol ping 2>/dev/null | grep -q "is UP"; }
+cluster_was_up=0
+cluster_up && cluster_was_up=1
+
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?
@@ -58,6 +69,20 @@ set -e
 if [ "$rc" -eq 5 ]; then
   echo "tests/run.sh: pytest collected no tests (exit 5); nothing failed"
   rc=0
+fi
+
+if ! cluster_up; then
+  echo "tests/run.sh: no Slurm test cluster is running; nothing to stop"
+elif [ "$cluster_was_up" = 1 ]; then
+  echo "tests/run.sh: the Slurm test cluster was running before the tests; left running"
+elif [ "${SHOCKSLURM_KEEP_CLUSTER:-0}" = 1 ]; then
+  echo "tests/run.sh: the Slurm test cluster is left running (SHOCKSLURM_KEEP_CLUSTER=1);" \
+    "stop it with: bash shockslurm/slurm/testcluster.sh stop"
+else
+  echo "tests/run.sh: stopping the Slurm test cluster the tests started" \
+    "(SHOCKSLURM_KEEP_CLUSTER=1 keeps it)"
+  bash shockslurm/slurm/testcluster.sh stop >/dev/null \
+    || echo "tests/run.sh: could not stop the Slurm test cluster" >&2
 fi
 
 if [ "${SHOCKSLURM_SKIP_DOCKER:-0}" = 1 ]; then

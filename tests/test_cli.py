@@ -114,3 +114,13 @@ def test_switch_cost_bench_prints_medians(tmp_path) -> None:
     assert dear["makespan_s"] >= cheap["makespan_s"]  # switches only cost time
     bad = runner.invoke(cli, ["bench", "switch-cost", "--restart-overhead", "x"])
     assert bad.exit_code == 2 and "--restart-overhead" in bad.output
+
+
+def test_bench_round_asks_before_submitting(tmp_path, monkeypatch):
+    """Without --yes nothing is submitted unless the user agrees (no sbatch on PATH here: had it
+    gone on, the output would show sbatch's absence)."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = CliRunner().invoke(cli, ["bench", "round", "--jobs", "1000"], input="n\n")
+    assert result.exit_code == 1 and "Aborted!" in result.output
+    assert "Submit 1000 held jobs (job name shockbench) to partition 'gpu'" in result.output
+    assert "sbatch" not in result.output and "submitted" not in result.output

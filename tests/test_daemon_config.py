@@ -13,7 +13,7 @@ from shockslurm.errors import ConfigError
 def test_defaults():
     cfg = parse_config({})
     assert cfg.round_seconds == 120 and cfg.policy == "shockwave" and cfg.grace_seconds == 30
-    assert cfg.partitions == ("gpu",) and cfg.db == "shockslurm.db" and cfg.backend == "auto"
+    assert cfg.partitions == ("gpu",) and cfg.db == "/var/lib/shockslurm/shockslurm.db" and cfg.backend == "auto"
     assert cfg.policy_settings().round_s == 120
     assert cfg.spool_dir == ""
     assert parse_config({"daemon": {"spool_dir": "/var/spool/shock"}}).spool_dir == \

@@ -98,7 +98,7 @@ def test_environment_overrides_win(tmp_path: Path):
     cfg = oc.parse_config({}, env={"SHOCKSLURM_DB": "a.db", "SHOCKSLURM_DAEMON_DB": "b.db"})
     assert cfg.db == "b.db"
     # parse_config without env ignores the environment
-    assert oc.parse_config({}).db == "shockslurm.db"
+    assert oc.parse_config({}).db == "/var/lib/shockslurm/shockslurm.db"
 
 
 def test_masking():

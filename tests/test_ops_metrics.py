@@ -29,15 +29,15 @@ def _view(job_id: int, remaining_iterations: float, ips: float, run_time_s: floa
 def test_fake_round_sequence():
     m = DaemonMetrics()
     # round 0 at t=0: job 1 running (forecast 100 s left), job 2 pending
-    m.record_round(now=0.0, round_duration_s=0.4, solve_s=0.01, gpus_allocated=4, gpus_total=8,
+    m.record_round(now=0.0, round_duration_s=0.4, solve_s=0.01, gpus_allocated=4, gpus_schedulable=8,
                    states={1: "RUNNING", 2: "PENDING"},
                    views={1: _view(1, 1000, 10, 20), 2: _view(2, 500, 5, 0)})
     # round 1 at t=60: job 1 still running (run time 80), job 2 running now (forecast 90 s)
-    m.record_round(now=60.0, round_duration_s=3.0, solve_s=0.2, gpus_allocated=8, gpus_total=8,
+    m.record_round(now=60.0, round_duration_s=3.0, solve_s=0.2, gpus_allocated=8, gpus_schedulable=8,
                    states={1: "RUNNING", 2: "RUNNING"},
                    views={1: _view(1, 400, 10, 80), 2: _view(2, 450, 5, 0)})
     # round 2 at t=120: job 1 gone (ended between 60 and 120: actual = 80-20+30 = 90)
-    m.record_round(now=120.0, round_duration_s=0.5, solve_s=0.02, gpus_allocated=2, gpus_total=8,
+    m.record_round(now=120.0, round_duration_s=0.5, solve_s=0.02, gpus_allocated=2, gpus_schedulable=8,
                    states={2: "COMPLETING"}, views={})
     s = _samples(m)
     assert s[("shockslurm_rounds_total", ())] == 3
@@ -45,7 +45,7 @@ def test_fake_round_sequence():
     assert abs(s[("shockslurm_round_duration_seconds_sum", ())] - 3.9) < 1e-9
     assert abs(s[("shockslurm_solve_duration_seconds_sum", ())] - 0.23) < 1e-9
     assert s[("shockslurm_solve_duration_seconds_bucket", (("le", "0.05"),))] == 2
-    assert s[("shockslurm_gpus_allocated", ())] == 2 and s[("shockslurm_gpus_total", ())] == 8
+    assert s[("shockslurm_gpus_allocated", ())] == 2 and s[("shockslurm_gpus_schedulable", ())] == 8
     assert s[("shockslurm_managed_jobs", (("state", "COMPLETING"),))] == 1
     assert s[("shockslurm_managed_jobs", (("state", "RUNNING"),))] == 0
     assert s[("shockslurm_managed_jobs", (("state", "PENDING"),))] == 0
@@ -58,11 +58,11 @@ def test_fake_round_sequence():
 
 def test_job_that_ends_while_pending_is_not_a_forecast_sample():
     m = DaemonMetrics()
-    m.record_round(now=0, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_total=8,
+    m.record_round(now=0, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_schedulable=8,
                    states={1: "RUNNING"}, views={1: _view(1, 100, 1, 0)})
-    m.record_round(now=10, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_total=8,
+    m.record_round(now=10, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_schedulable=8,
                    states={1: "PENDING"}, views={1: _view(1, 90, 1, 10)})
-    m.record_round(now=20, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_total=8,
+    m.record_round(now=20, round_duration_s=0, solve_s=0, gpus_allocated=0, gpus_schedulable=8,
                    states={}, views={})
     assert _samples(m)[("shockslurm_forecast_abs_error_seconds_count", ())] == 0
 
@@ -120,3 +120,20 @@ def test_registries_are_separate_and_served_over_http():
         assert b"shockslurm_rounds_total 5.0" in body
     finally:
         stop()
+
+
+def test_names_follow_prometheus_conventions_and_process_metrics_exist():
+    """promtool's rules: only counters end in `_total`; plus the process and build metrics."""
+    m = DaemonMetrics()
+    families = list(text_string_to_metric_families(m.render().decode()))
+    for fam in families:
+        if fam.type != "counter":
+            assert not fam.name.endswith("_total"), fam.name
+    names = {fam.name for fam in families}
+    assert {"process_cpu_seconds", "process_resident_memory_bytes", "process_start_time_seconds",
+            "python_info", "shockslurm_build_info", "shockslurm_gpus_schedulable"} <= names
+    from shockslurm import __version__
+
+    build = _samples(m)
+    assert [v for (name, labels), v in build.items() if name == "shockslurm_build_info"
+            and ("version", __version__) in labels] == [1.0]

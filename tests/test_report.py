@@ -115,9 +115,10 @@ def test_report_one_run_and_unknown_run(simulated: tuple[Path, list[str]]) -> No
 
 
 def test_report_on_missing_store_is_a_clear_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["report", "--db", str(tmp_path / "nope.db"), "--out",
-                                      str(tmp_path / "o")])
-    assert result.exit_code == 1 and "empty" in result.output
+    db = tmp_path / "nope.db"
+    result = CliRunner().invoke(cli, ["report", "--db", str(db), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1 and f"no store at {db}" in result.output
+    assert not db.exists()          # opening it must not leave an empty store behind
 
 
 def test_plots_without_data_still_render(tmp_path: Path) -> None:

@@ -97,7 +97,14 @@ def test_rows_progress_forecast_and_rho(store: str) -> None:
     assert table[1].split()[:7] == ["101", "train-101", "alice", "RUNNING", "None", "2", "4/10"]
     assert table[2].split() == ["102", "train-102", "alice", "PENDING", "None", "4", "-", "-",
                                 "-", "0"]
-    assert len({len(line) for line in table[:1]}) == 1
+    # aligned: the text columns start, and the numeric ones end, where their headers do
+    head = table[0]
+    for row in table[1:]:
+        for word in ("NAME", "USER", "STATE", "REASON"):
+            cell = row[head.index(word):].split()[0]
+            assert row.index(cell, head.index(word)) == head.index(word), (word, row)
+        gpus_end = head.index("GPUS") + len("GPUS")
+        assert row[:gpus_end].split()[-1] in {"2", "4"} and row[gpus_end] == " "
     assert ours[0].job_id == 101
 
 
@@ -146,6 +153,21 @@ def test_status_with_config(store: str, tmp_path: Path, monkeypatch: pytest.Monk
     cfg.write_text(f'[daemon]\ndb = "{store}"\n')
     result = CliRunner().invoke(cli, ["status", "--config", str(cfg), "--json"])
     assert [d["epochs_done"] for d in json.loads(result.output)] == [4, None]
+
+
+def test_status_finds_the_config_as_the_daemon_does(store: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """No --config: $SHOCKSLURM_CONFIG names the daemon's file, whose store is read."""
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: list(JOBS))
+    cfg = tmp_path / "d.toml"
+    cfg.write_text(f'[daemon]\ndb = "{store}"\n')
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(cfg))
+    result = CliRunner().invoke(cli, ["status", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [d["epochs_done"] for d in json.loads(result.output)] == [4, None]
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(tmp_path / "missing.toml"))
+    result = CliRunner().invoke(cli, ["status"])
+    assert result.exit_code == 1 and "missing.toml" in result.output
 
 
 def test_shocksub_status(store: str, monkeypatch: pytest.MonkeyPatch) -> None:

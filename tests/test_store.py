@@ -7,6 +7,7 @@ server answers at SHOCKSLURM_TEST_PG (default postgresql+psycopg://postgres@127.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import stat
@@ -187,7 +188,8 @@ def test_simulate_records_the_run(store_url: str, tmp_path: Path) -> None:
     assert runner.invoke(cli, ["trace", "generate", "--jobs", "12", "--seed", "3",
                                "--out", str(trace)]).exit_code == 0
     result = runner.invoke(cli, ["simulate", "--trace", str(trace), "--gpus", "4", "--policy",
-                                 "fifo,max_min_fairness", "--no-progress", "--db", store_url])
+                                 "fifo,max_min_fairness", "--no-progress", "--db", store_url,
+                                 "--json", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     eng = open_store(store_url)
     try:
@@ -199,7 +201,12 @@ def test_simulate_records_the_run(store_url: str, tmp_path: Path) -> None:
             rounds = s.scalars(select(Round).where(Round.run_id == runs[0].id)
                                .order_by(Round.round_index)).all()
             assert [r.round_index for r in rounds] == list(range(len(rounds)))
-            assert repo.count(s, BatchSizeChange) >= 0
+            # every batch-size change the simulation made is a row (the workload adapts)
+            changes = sum(r["batch_size_changes"]
+                          for r in json.loads((tmp_path / "r.json").read_text()))
+            assert changes > 0 and repo.count(s, BatchSizeChange) == changes
+            assert all(c.old_batch_size != c.new_batch_size
+                       for c in s.scalars(select(BatchSizeChange)))
     finally:
         eng.dispose()
 

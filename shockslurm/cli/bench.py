@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
+from typing import Any
 
 import click
+
+from .paths import OutputFile
 
 
 @click.group("bench")
@@ -45,31 +49,68 @@ def _sbatch_held(gpus: int, partition: str) -> tuple[int | None, str]:
     argv = ["sbatch", "--parsable", f"--partition={partition}", "--job-name=shockbench",
             "--output=/dev/null", f"--gres=gpu:{gpus}", f"--comment=shock:spec={BENCH_SPEC}",
             "--hold", "--wrap", "sleep 600"]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
     if out.returncode != 0:
         return None, out.stderr.strip()
     return int(out.stdout.strip().split(";")[0]), ""
 
 
+def _submit_held(jobs: int, partition: str, workers: int, ids: set[int]) -> list[str]:
+    """Submit `jobs` held jobs; each id goes into `ids` as soon as sbatch answers, so that an
+    interrupted submission still knows every job it made. Returns the sbatch errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(k: int) -> str:
+        job_id, error = _sbatch_held(1 + k % 8, partition)
+        if job_id is not None:
+            ids.add(job_id)
+        return error
+
+    pool = ThreadPoolExecutor(workers)
+    try:
+        return [e for e in pool.map(one, range(jobs)) if e]
+    finally:   # on an interrupt: submit nothing more, wait for the sbatch calls under way
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _cancel(ids: set[int]) -> None:
+    import subprocess
+
+    for chunk in range(0, len(ids), 500):
+        part = sorted(ids)[chunk:chunk + 500]
+        subprocess.run(["scancel", *map(str, part)], capture_output=True, timeout=120,
+                       check=False)
+
+
+def _interrupt_on_signals() -> dict[signal.Signals, Any]:
+    """SIGTERM and SIGHUP interrupt like Ctrl-C (so the submitted jobs are cancelled);
+    returns the previous handlers."""
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
 def bench_round(jobs: int, policy: str, partition: str, workers: int = 8) -> dict[str, object]:
     """Submit `jobs` held managed jobs, run ONE daemon round on them (real reads, dry-run
-    actions), cancel them. Only the submitted jobs are scheduled (`job_filter`), so other jobs on
-    the cluster neither distort the numbers nor receive an action."""
-    import subprocess
+    actions), cancel them, also when interrupted (Ctrl-C, SIGTERM, SIGHUP). Only the submitted
+    jobs are scheduled (`job_filter`), so other jobs on the cluster neither distort the numbers
+    nor receive an action."""
     import time
-    from concurrent.futures import ThreadPoolExecutor
 
     from ..daemon.runner import build_daemon, parse_config
     from ..slurm.backend import make_backend
     from ..slurm.dryrun import DryRunBackend
 
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda k: _sbatch_held(1 + k % 8, partition), range(jobs)))
-    submit_s = time.perf_counter() - t0
-    ids = {jid for jid, _ in results if jid is not None}
-    errors = [err for jid, err in results if jid is None]
+    ids: set[int] = set()
+    previous = _interrupt_on_signals()
     try:
+        t0 = time.perf_counter()
+        errors = _submit_held(jobs, partition, workers, ids)
+        submit_s = time.perf_counter() - t0
         cfg = parse_config({"daemon": {"policy": policy, "partitions": [partition],
                                        "grace_seconds": 0, "backend": "cli"},
                             "policy": ({"min_resolve_interval_s": 0, "idle_unallocated": False}
@@ -104,10 +145,9 @@ def bench_round(jobs: int, policy: str, partition: str, workers: int = 8) -> dic
             "round_wall_excluding_solve_s": round(wall - solve, 4),
         }
     finally:
-        for chunk in range(0, len(ids), 500):
-            part = sorted(ids)[chunk:chunk + 500]
-            subprocess.run(["scancel", *map(str, part)], capture_output=True, timeout=120,
-                           check=False)
+        _cancel(ids)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _summary(argv: tuple[str, ...]) -> str:
@@ -123,11 +163,16 @@ def _summary(argv: tuple[str, ...]) -> str:
               help="Held managed jobs to submit to the live cluster.")
 @click.option("--policy", default="shockwave", show_default=True)
 @click.option("--partition", default="gpu", show_default=True)
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the JSON to this file.")
-def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | None) -> None:
+@click.option("--json", "json_out", type=OutputFile(), help="Also write the JSON to this file.")
+@click.option("--yes", is_flag=True, help="Submit without asking for confirmation.")
+def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | None,
+                    yes: bool) -> None:
     """One live daemon round over JOBS pending jobs (real reads, dry-run actions); the
-    submitted jobs are cancelled afterwards."""
+    submitted jobs are cancelled afterwards, also when interrupted."""
+    if not yes:
+        click.confirm(f"Submit {jobs} held jobs (job name shockbench) to partition "
+                      f"{partition!r} of the live cluster? They are cancelled at the end",
+                      abort=True)
     result = bench_round(jobs, policy, partition)
     text = json.dumps(result, indent=2)
     click.echo(text)

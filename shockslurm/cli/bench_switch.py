@@ -13,6 +13,7 @@ from ..sim.run import SimConfig
 from ..sim.sweep import median_table, switch_cost_runs
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
+from .paths import OutputFile, write_output
 
 
 def _numbers(value: str, option: str, kind: type) -> list:
@@ -44,15 +45,15 @@ def _numbers(value: str, option: str, kind: type) -> list:
               help="Restart overheads to compare, seconds, comma-separated.")
 @click.option("--policy", "policies", default="shockwave,max_min_fairness,fifo",
               show_default=True, help="Policies, comma-separated.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--json", "json_out", type=OutputFile(),
               help="Also write every run and the medians to this JSON file.")
 def switch_cost_cmd(traces: tuple[Path, ...], seeds: str, jobs: int, jobs_per_hour: float,
                     shape: str, overheads: str, policies: str, json_out: Path | None) -> None:
     """Median makespan, average JCT and worst rho over workloads per policy and restart
     overhead, as a Markdown table (and JSON with --json)."""
-    from .main import _policies
+    from .simulate import policy_list
 
-    names = _policies(policies)
+    names = policy_list(policies)
     costs = _numbers(overheads, "--restart-overhead", float)
     try:
         nodes = parse_cluster_shape(shape)
@@ -76,7 +77,5 @@ def switch_cost_cmd(traces: tuple[Path, ...], seeds: str, jobs: int, jobs_per_ho
         click.echo(f"| {r['policy']} | {r['restart_overhead_s']:g} | {r['makespan_s']:,.0f} | "
                    f"{r['avg_jct_s']:,.0f} | {r['worst_rho']:.2f} | {r['utilization']:.2f} |")
     if json_out is not None:
-        try:
-            json_out.write_text(json.dumps({"runs": rows, "medians": table}, indent=2) + "\n")
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {json_out}: {exc}") from None
+        write_output(json_out, json.dumps({"runs": rows, "medians": table}, indent=2) + "\n",
+                     "--json")

@@ -6,7 +6,8 @@ The configuration file is `--config`, else `$SHOCKSLURM_CONFIG`, else
 /etc/shockslurm/shockslurm.toml; environment overrides apply (`ops/config.py`). An invalid
 value stops the daemon before it starts, naming the key. `--dry-run` reads the real cluster but
 only prints the scontrol/scancel argv lists it would run (no store, no metrics endpoint);
-`--once` runs a single round and exits (no metrics endpoint). SIGHUP re-reads the configuration,
+`--once` runs a single round and exits (no metrics endpoint), with status 1 when an outage
+(Slurm unreadable, the store unwritable) cut that round short. SIGHUP re-reads the configuration,
 SIGTERM/SIGINT finish the current round and exit 0.
 
 A store that is unavailable at start (locked, unreachable) is waited for: one log line, a retry
@@ -21,10 +22,25 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import ShockslurmError
+
+if TYPE_CHECKING:
+    from ..daemon.runner import DaemonRunner
+
+
+def _fail_if_down(runner: DaemonRunner) -> None:
+    """`--once` reports its round's fate in its exit status: an outage that cut the round short
+    (Slurm could not be read, the store could not record) is an error."""
+    down = [what for what, since in (("Slurm could not be read", runner.slurm_down_since),
+                                     ("the store could not record", runner.store_down_since))
+            if since is not None]
+    if down:
+        raise click.ClickException(f"--once: the round did not run: {' and '.join(down)} "
+                                   "(the log above says why)")
 
 
 @click.command("daemon")
@@ -51,7 +67,7 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     try:
         cfg = load_config(path, os.environ)
         # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
-        logsetup.configure(cfg.log_format, stream=sys.stdout)
+        logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald)
         log = logging.getLogger("shockslurm.daemon")
         backend = make_backend(cfg.backend)
         if dry_run:
@@ -78,12 +94,19 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
                                         retry_s=cfg.round_seconds)
             leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
         daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+        journald = cfg.journald     # a restart key: SIGHUP changes only the format
+
+        def relog(log_format: str) -> None:
+            logsetup.configure(log_format, journald=journald)
+
         runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
-                              on_log_format=lambda fmt: logsetup.configure(fmt), leader=leader)
+                              on_log_format=relog, leader=leader)
         runner.install_signals()
         rounds = runner.run(max_rounds=1 if once else None)
         log.info("shockslurm daemon: stopped after %d rounds", rounds,
                  extra={"fields": {"event": "stop", "rounds": rounds}})
+        if once:
+            _fail_if_down(runner)
     except ShockslurmError as exc:
         raise click.ClickException(mask(str(exc))) from None
     finally:

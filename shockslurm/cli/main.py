@@ -1,52 +1,76 @@
-"""`shockslurm`: the admin's and researcher's command line. Only this package wires layers together."""
+"""`shockslurm`: the admin's and researcher's command line. Only this package wires layers together.
+
+Subcommands load lazily: `shockslurm --help` (and `shocksub`'s base install, which has no
+solver, store or plotting library) imports only click; a subcommand's module, with its
+dependencies, is imported when that subcommand runs or shows its own help.
+"""
 
 from __future__ import annotations
 
-import json
+import importlib
 import logging
-import sys
-from pathlib import Path
 
 import click
 
 from .. import __version__
-from ..errors import ShockslurmError
-from ..model import JobSpec, Node, parse_cluster_shape
-from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
-                          parse_policy_assignments, read_policy_table)
-from ..policies import REGISTRY, policy_names
-from ..sim.jobs import ADAPTATION_MODES
-from ..sim.run import SimConfig, SimResult, simulate
-from ..store import open_store
-from ..workload.generator import GeneratorConfig, generate
-from ..workload.jsonl import read_jobs, write_jobs
-from ..workload.reference import load_reference_workload, read_throughputs, reference_jobs
-from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
-                                       generate_reference_like, write_reference_trace)
-from .bench import bench_group
-from .bench_switch import switch_cost_cmd
-from .config import config_group
-from .daemon import daemon_cmd
-from .db import DB_HELP, db_group, record_simulation
-from .progress_bar import DelayedProgress
-from .report import report_cmd
-from .status import status_cmd
 
-DEFAULT_GPUS = 8
-TABLE_COLUMNS = (
-    ("policy", "policy", "{}"),
-    ("makespan_s", "makespan s", "{:,.0f}"),
-    ("avg_jct_s", "avg JCT s", "{:,.0f}"),
-    ("p99_jct_s", "p99 JCT s", "{:,.0f}"),
-    ("worst_rho", "worst rho", "{:.2f}"),
-    ("median_rho", "median rho", "{:.2f}"),
-    ("unfair_fraction", "rho>1.05", "{:.1%}"),
-    ("utilization", "util", "{:.2f}"),
-    ("sim_wall_s", "wall s", "{:.1f}"),
-)
+# name -> (module:attribute of the click command, its one-line summary for `shockslurm --help`;
+# tests/test_cli_lazy.py checks that each summary is the command's own).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("shockslurm.cli.main:_bench_group", "Benchmarks; each prints its results as JSON "
+              "(switch-cost: a Markdown table, JSON with --json)."),
+    "config": ("shockslurm.cli.config:config_group", "The daemon's configuration file: check "
+               "it, print an example, list the keys."),
+    "daemon": ("shockslurm.cli.daemon:daemon_cmd", "Schedule managed Slurm jobs with a policy, "
+               "one round every round_seconds."),
+    "db": ("shockslurm.cli.db:db_group", "The SQL store of jobs, rounds, throughput and "
+           "adaptation history."),
+    "report": ("shockslurm.cli.report:report_cmd", "Draw each run's GPU timeline and "
+               "utilisation, and rho per policy, as PNG files."),
+    "simulate": ("shockslurm.cli.simulate:simulate_cmd", "Simulate policies on a workload and "
+                 "print makespan, JCT, fairness and utilisation."),
+    "status": ("shockslurm.cli.status:status_cmd", "Managed jobs: state, GPUs, epochs done, "
+               "forecast remaining, rho estimate, preemptions."),
+    "trace": ("shockslurm.cli.trace:trace_group", "Workload files: generate synthetic traces, "
+              "convert reference traces."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def load_command(name: str) -> click.Command:
+    """Import the subcommand `name` (a key of COMMANDS)."""
+    module, attr = COMMANDS[name][0].split(":")
+    command = getattr(importlib.import_module(module), attr)
+    return command() if attr.startswith("_") else command
+
+
+def _bench_group() -> click.Command:
+    """`shockslurm bench` with the switch-cost sweep, which lives in its own module."""
+    from .bench import bench_group
+    from .bench_switch import switch_cost_cmd
+
+    bench_group.add_command(switch_cost_cmd)
+    return bench_group
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used (COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = [(name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit))
+                for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="shockslurm")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
               default="WARNING", show_default=True, help="Log verbosity (stderr).")
@@ -55,304 +79,9 @@ def cli(log_level: str) -> None:
     logging.basicConfig(level=log_level, format="shockslurm %(levelname)s %(name)s: %(message)s")
 
 
-def _is_jsonl(trace: Path) -> bool:
-    return trace.suffix in (".jsonl", ".json")
-
-
-def _load_workload(trace: Path | None, throughputs: Path | None, profiles: Path | None
-                   ) -> list[JobSpec]:
-    if trace is None:
-        if throughputs or profiles:
-            raise click.UsageError("--throughputs/--profiles need --trace")
-        return generate(GeneratorConfig())
-    if _is_jsonl(trace):
-        if throughputs or profiles:
-            raise click.UsageError("a JSONL workload carries its own throughputs; drop "
-                                   "--throughputs/--profiles")
-        return read_jobs(trace)
-    if throughputs is None:
-        raise click.UsageError("a reference (TSV) trace needs --throughputs FILE")
-    return load_reference_workload(trace, throughputs, profiles)
-
-
-def _policies(value: str) -> list[str]:
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    unknown = [p for p in names if p not in REGISTRY]
-    if unknown or not names:
-        raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
-                                 f"{', '.join(policy_names())}", param_hint="--policy")
-    return names
-
-
-def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
-    """`--cluster` as nodes (empty without it: `--gpus` is one pool)."""
-    if shape is None:
-        return ()
-    if gpus is not None:
-        raise click.UsageError("give either --gpus (one pool) or --cluster (nodes), not both")
-    try:
-        return parse_cluster_shape(shape)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster") from None
-
-
-def _policy_options(names: list[str], config_file: Path | None, assignments: tuple[str, ...]
-                    ) -> tuple[dict, dict[str, dict]]:
-    """(the PolicySettings keys given, each policy's options) from --policy-config's [policy]
-    table and --policy-option (which wins), validated as the daemon validates [policy]."""
-    options: dict = {}
-    origins: dict[str, str] = {}
-    if config_file is not None:
-        table = read_policy_table(config_file)
-        options.update(table)
-        origins.update(dict.fromkeys(table, str(config_file)))
-    given = parse_policy_assignments(assignments, "--policy-option")
-    options.update(given)
-    origins.update(dict.fromkeys(given, "--policy-option"))
-    options = check_policy_settings(options, origins)
-    per_policy = assign_policy_options(names, options, origins)
-    return {k: v for k, v in options.items() if k in SETTINGS_KEYS}, per_policy
-
-
-def format_table(results: list[SimResult]) -> str:
-    rows = [[fmt.format(r.as_dict()[key]) for key, _, fmt in TABLE_COLUMNS] for r in results]
-    heads = [title for _, title, _ in TABLE_COLUMNS]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
-    line = lambda cells: "  ".join(c.rjust(w) if i else c.ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
-@cli.command("simulate")
-@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Workload: a reference TSV trace (needs --throughputs) or our JSONL format. "
-                   "Default: the built-in synthetic workload.")
-@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Reference throughput JSON (iterations/s per job type and gang size).")
-@click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Reference per-epoch profiles (JSON or .json.gz); without them the batch-size "
-                   "pattern follows our documented rules.")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
-              help=f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
-@click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS[,...]",
-              help="The cluster as nodes, e.g. 4x8 (4 nodes of 8 GPUs) or 2x8,4x4: plans are "
-                   "placed on nodes, so gangs that fit no node wait (instead of --gpus, which is "
-                   "one pool where any gang fits).")
-@click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
-              help="Policy name, or several separated by commas to compare side by side.")
-@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=120.0,
-              show_default=True, help="Round length.")
-@click.option("--restart-overhead", type=click.FloatRange(min=0), default=20.0, show_default=True,
-              help="Seconds lost by a job that runs after not running in the previous round.")
-@click.option("--adaptation", type=click.Choice(("auto",) + ADAPTATION_MODES), default="auto",
-              show_default=True,
-              help="How simulated jobs change batch size: 'reference' follows the reference "
-                   "simulator's rules (comparable with its published numbers), 'profile' follows "
-                   "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
-                   "TSV traces and 'profile' otherwise.")
-@click.option("--resolve-interval", type=click.FloatRange(min=0), default=1000.0,
-              show_default=True,
-              help="Baselines (Gavel-style policies) re-solve at most this often, plus on "
-                   "arrivals and completions after it; 0 re-solves every round. The default is "
-                   "Gavel's gate, as in the reference simulator.")
-@click.option("--idle-new-jobs/--no-idle-new-jobs", default=True, show_default=True,
-              help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "
-                   "next re-solve (Gavel, as in the reference simulator); --no-idle-new-jobs "
-                   "hands them idle GPUs at once.")
-@click.option("--policy-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A daemon configuration file (TOML) whose [policy] table sets policy options "
-                   "(its other tables are not used).")
-@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
-              help="A policy option (repeatable; wins over --policy-config), e.g. "
-                   "'future_rounds=30' for shockwave or 'alpha=0.5' for allox; each goes to the "
-                   "chosen policies that take it. VALUE is read as TOML (else as a string).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the results, one object per policy, to this JSON file.")
-@click.option("--progress/--no-progress", default=True, show_default=True,
-              help="Show a progress bar on stderr for runs longer than a few seconds.")
-@click.option("--db", "db_url", default=None,
-              help=DB_HELP + " Record each policy's run there (created/upgraded if needed).")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
-                                 "rho per policy) to this directory; the paths are printed.")
-@click.pass_context
-def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
-                 profiles: Path | None, gpus: int | None, cluster_shape: str | None, policy: str,
-                 round_seconds: float, restart_overhead: float, adaptation: str,
-                 resolve_interval: float, idle_new_jobs: bool, policy_config: Path | None,
-                 policy_option: tuple[str, ...],
-                 json_out: Path | None, progress: bool, db_url: str | None,
-                 plot_dir: Path | None) -> None:
-    """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
-    names = _policies(policy)
-    nodes = _cluster(cluster_shape, gpus)
-    try:
-        settings, per_policy = _policy_options(names, policy_config, policy_option)
-    except ShockslurmError as exc:
-        raise click.ClickException(str(exc)) from None
-    given = click.core.ParameterSource.COMMANDLINE
-    if "min_resolve_interval_s" in settings and \
-            ctx.get_parameter_source("resolve_interval") != given:
-        resolve_interval = settings["min_resolve_interval_s"]
-    if "idle_unallocated" in settings and ctx.get_parameter_source("idle_new_jobs") != given:
-        idle_new_jobs = settings["idle_unallocated"]
-    if db_url is not None:  # a store we cannot write must stop us before the simulation runs
-        try:
-            open_store(db_url, create=True).dispose()
-        except ShockslurmError as exc:
-            raise click.ClickException(str(exc)) from None
-    try:
-        jobs = _load_workload(trace, throughputs, profiles)
-        if nodes:
-            gpus = sum(n.gpus for n in nodes)
-        elif gpus is None:
-            if trace is not None:
-                raise click.UsageError("--gpus or --cluster is required with --trace")
-            gpus = DEFAULT_GPUS
-        if adaptation == "auto":
-            adaptation = "reference" if trace is not None and not _is_jsonl(trace) else "profile"
-        config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
-                           adaptation=adaptation, min_resolve_interval_s=resolve_interval,
-                           idle_unallocated=idle_new_jobs, nodes=nodes)
-        results = []
-        for name in names:
-            bar = DelayedProgress(f"{name:>22}") if progress else None
-            try:
-                results.append(simulate(jobs, name, config, progress=bar,
-                                        policy_options=per_policy[name]))
-            finally:
-                if bar is not None:
-                    bar.close()
-    except (ShockslurmError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    shape = f" on nodes {cluster_shape.replace(' ', '')}" if nodes else ""
-    click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
-               f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
-               f"re-solve every {resolve_interval:g} s"
-               f"{', new jobs wait for it' if idle_new_jobs else ''}")
-    for name, opts in per_policy.items():
-        if opts:
-            click.echo(f"{name} options: "
-                       + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items())))
-    click.echo(format_table(results))
-    if json_out is not None:
-        payload = [r.as_dict() for r in results]
-        json_out.write_text(json.dumps(payload if len(payload) > 1 else payload[0], indent=2) + "\n")
-        click.echo(f"wrote {json_out}", err=True)
-    if db_url is not None:
-        try:
-            run_ids = record_simulation(db_url, jobs, results)
-        except ShockslurmError as exc:
-            raise click.ClickException(str(exc)) from None
-        click.echo(f"recorded run(s) {', '.join(map(str, run_ids))} in the store", err=True)
-    if plot_dir is not None:
-        from ..ops.plots import write_run_plots
-        from ..ops.runs import from_sim
-
-        for path in write_run_plots([from_sim(r, jobs) for r in results], plot_dir):
-            click.echo(str(path))
-
-
-@cli.group("trace")
-def trace_group() -> None:
-    """Workload files: generate synthetic traces, convert reference traces."""
-
-
-@trace_group.command("generate")
-@click.option("--like", type=click.Choice(("builtin", "reference")), default="builtin",
-              show_default=True,
-              help="'builtin': our synthetic workload from the model catalogue; 'reference': "
-                   "drawn the way the Shockwave reference's trace generator draws its jobs "
-                   "(README: Reference-like workloads).")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help=f"Jobs to draw (default {GeneratorConfig.jobs}; --like reference: "
-                   f"{ReferenceLikeConfig.jobs}).")
-@click.option("--seed", type=int, default=GeneratorConfig.seed, show_default=True)
-@click.option("--jobs-per-hour", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"Mean arrival rate, Poisson (default {GeneratorConfig.jobs_per_hour:g}; "
-                   f"--like reference: {3600 / ReferenceLikeConfig.mean_interarrival_s:.1f}, "
-                   "the reference 120-job trace's rate on 32 GPUs).")
-@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="--like reference: the reference throughput JSON (e.g. "
-                   "../shared/data/shockwave-120/throughputs-tacc.json) that sets each job's "
-                   "length in iterations; without it the built-in catalogue's throughput model "
-                   "is used.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="Output file, in our JSONL format; with --like reference a name not ending "
-                   "in .jsonl/.json is written as a reference TSV trace (needs --throughputs).")
-def trace_generate(like: str, jobs: int | None, seed: int, jobs_per_hour: float | None,
-                   throughputs: Path | None, out: Path) -> None:
-    """Generate a synthetic workload."""
-    if like == "builtin":
-        if throughputs is not None:
-            raise click.UsageError("--throughputs applies to --like reference only")
-        config = GeneratorConfig(jobs=jobs or GeneratorConfig.jobs, seed=seed,
-                                 jobs_per_hour=jobs_per_hour or GeneratorConfig.jobs_per_hour)
-        specs = generate(config)
-        write_jobs(specs, out)
-        click.echo(f"wrote {len(specs)} jobs to {out}")
-        return
-    try:
-        _generate_reference_like(jobs, seed, jobs_per_hour, throughputs, out)
-    except (ShockslurmError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float | None,
-                             throughputs: Path | None, out: Path) -> None:
-    if throughputs is None and not _is_jsonl(out):
-        raise click.UsageError("a reference TSV trace is simulated with its throughput file: "
-                               "give --throughputs FILE, or name --out *.jsonl to use the "
-                               "built-in catalogue's throughputs")
-    config = ReferenceLikeConfig(
-        jobs=jobs or ReferenceLikeConfig.jobs, seed=seed,
-        mean_interarrival_s=(3600.0 / jobs_per_hour if jobs_per_hour
-                             else ReferenceLikeConfig.mean_interarrival_s))
-    if throughputs is None:
-        click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
-                   "throughput model, not the reference's measured throughputs", err=True)
-        table = catalogue_throughputs()
-    else:
-        table = read_throughputs(throughputs)
-    drawn = generate_reference_like(config, table)
-    if _is_jsonl(out):
-        write_jobs(reference_jobs([d.line for d in drawn], table, str(out)), out)
-        hint = f"--trace {out} --adaptation reference"
-    else:
-        write_reference_trace(drawn, out)
-        hint = f"--trace {out} --throughputs {throughputs}"
-    click.echo(f"wrote {len(drawn)} jobs to {out}")
-    click.echo(f"simulate with: shockslurm simulate {hint} --gpus G", err=True)
-
-
-@trace_group.command("convert")
-@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
-@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              required=True)
-@click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
-def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Path) -> None:
-    """Convert a reference TSV trace (+ throughputs, profiles) to our JSONL format."""
-    try:
-        specs = load_reference_workload(trace, throughputs, profiles)
-    except ShockslurmError as exc:
-        raise click.ClickException(str(exc)) from None
-    write_jobs(specs, out)
-    click.echo(f"wrote {len(specs)} jobs to {out}")
-
-
-bench_group.add_command(switch_cost_cmd)
-cli.add_command(bench_group)
-cli.add_command(config_group)
-cli.add_command(db_group)
-cli.add_command(daemon_cmd)
-cli.add_command(report_cmd)
-cli.add_command(status_cmd)
-
-
 def main() -> None:  # pragma: no cover - console entry point
     cli(prog_name="shockslurm")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -10,23 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from sqlalchemy.orm import Session
-
 from ..errors import ShockslurmError
-from ..store import open_store
 from .db import DB_HELP
+from .paths import OutputDir
 
 
 @click.command("report")
 @click.option("--db", "db_url", required=True, help=DB_HELP)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=OutputDir(),
               required=True, help="Directory for the PNG files (created if needed).")
 @click.option("--run", "runs", type=int, multiple=True,
               help="Run id to report (repeatable). Default: every simulated and live run.")
 def report_cmd(db_url: str, out_dir: Path, runs: tuple[int, ...]) -> None:
     """Draw each run's GPU timeline and utilisation, and rho per policy, as PNG files."""
+    from sqlalchemy.orm import Session
+
     from ..ops.plots import write_run_plots
     from ..ops.runs import from_store, run_ids
+    from ..store import open_store
 
     try:
         engine = open_store(db_url)

@@ -14,6 +14,7 @@ import shlex
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -48,7 +49,7 @@ def _ladder(value: str | None) -> tuple[int, ...] | None:
 def build_request(*, model: str, command: tuple[str, ...], script: str | None,
                   samples_per_epoch: int | None, batch_sizes: tuple[int, ...] | None,
                   batch_size: int | None, template: str | None, job_name: str | None,
-                  nodes: int, **fields: object) -> JobRequest:
+                  nodes: int, **fields: Any) -> JobRequest:
     """Fill catalogue defaults (dataset size, ladder) and build the validated request."""
     info = CATALOGUE.get(model)
     if samples_per_epoch is None:
@@ -70,7 +71,7 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
         samples_per_epoch=samples_per_epoch, batch_sizes=tuple(batch_sizes),
         batch_size=batch_size, nodes=nodes,
         template=template or ("multi_node" if nodes > 1 else "single_node"),
-        **fields)  # type: ignore[arg-type]
+        **fields)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"],
@@ -119,7 +120,7 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run: bool,
          batch_sizes: str | None, db_url: str | None, cluster: str, status_job: int | None,
-         **options: object) -> None:
+         **options: Any) -> None:
     """Submit a training job: shocksub [OPTIONS] -- COMMAND [ARGS]...  (or --script FILE)."""
     if status_job is not None:
         _print_status(status_job, db_url, cluster)
@@ -131,7 +132,7 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
     secret = None if dry_run else new_report_secret()
     try:
         req = build_request(command=command, script=script, batch_sizes=_ladder(batch_sizes),
-                            **options)  # type: ignore[arg-type]
+                            **options)
         text = render_script(req, load_template(req.template), secret)
     except InputError as exc:
         raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None

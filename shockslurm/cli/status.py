@@ -4,6 +4,10 @@ One `squeue --json` and one store read transaction, whatever the number of jobs 
 run in `watch`). `--json` prints a list of objects with the same fields, unformatted (seconds,
 floats, null for unknown) for scripts. The column definitions live in `ops/status.py`.
 
+The daemon's configuration is found as the daemon finds it: `--config`, else
+`$SHOCKSLURM_CONFIG`, else /etc/shockslurm/shockslurm.toml when that file exists (its `db`,
+`cluster` and `partitions`, environment overrides included); `--db` and `--cluster` win.
+
 With a store (`--db` or the config's), the table is followed by the line `leader: pid P on HOST
 since TIME`: the daemon holding the store's leader lock (`store/leader.py`), the one that acts;
 `leader: none` when no daemon holds it.
@@ -12,15 +16,19 @@ since TIME`: the daemon holding the store's leader lock (`store/leader.py`), the
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import click
 
 from ..errors import ShockslurmError
 from ..slurm.types import SlurmJob
 from .db import DB_HELP
+
+if TYPE_CHECKING:
+    from ..ops.config import DaemonConfig
 
 DEFAULT_CLUSTER = "slurm"
 
@@ -43,6 +51,21 @@ def collect(jobs: Sequence[SlurmJob], db_url: str | None, cluster: str, *,
     return status_rows(ours, store, time.time() if now is None else now), store
 
 
+def _daemon_config(cli_path: Path | None) -> DaemonConfig | None:
+    """The daemon's configuration, found as the daemon finds it (`--config`, else
+    `$SHOCKSLURM_CONFIG`, else the default path), with its environment overrides; None when
+    neither option nor variable names one and the default file does not exist."""
+    from ..ops.config import CONFIG_ENV, config_path, load_config
+
+    path = config_path(cli_path, os.environ)
+    if cli_path is None and not os.environ.get(CONFIG_ENV) and not path.exists():
+        return None
+    try:
+        return load_config(path, os.environ)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def read_slurm() -> list[SlurmJob]:
     from ..slurm.cli_backend import CliBackend
 
@@ -53,9 +76,10 @@ def read_slurm() -> list[SlurmJob]:
 @click.option("--db", "db_url", default=None,
               help=DB_HELP + " Default: the config file's [daemon] db; without either, progress "
                              "and forecasts show '-'.")
-@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False,
-                                                         path_type=Path),
-              help="The daemon's TOML config (its db, cluster name and partitions).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The daemon's TOML config (its db, cluster name and partitions). Default, "
+                   "as the daemon: $SHOCKSLURM_CONFIG, else /etc/shockslurm/shockslurm.toml "
+                   "when it exists.")
 @click.option("--cluster", default=None,
               help=f"Cluster name specs are registered under (default: the config's, else "
                    f"{DEFAULT_CLUSTER!r}).")
@@ -64,13 +88,8 @@ def status_cmd(db_url: str | None, config_path: Path | None, cluster: str | None
                as_json: bool) -> None:
     """Managed jobs: state, GPUs, epochs done, forecast remaining, rho estimate, preemptions."""
     partitions = None
-    if config_path is not None:
-        from ..daemon.runner import load_config
-
-        try:
-            cfg = load_config(config_path)
-        except ShockslurmError as exc:
-            raise click.ClickException(str(exc)) from None
+    cfg = _daemon_config(config_path)
+    if cfg is not None:
         db_url = db_url or cfg.db
         cluster = cluster or cfg.cluster
         partitions = cfg.partitions

@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from sqlalchemy import Engine
 
-from ..engine import RoundLoop, WallClock
+from ..engine import Clock, RoundLoop, RoundObserver, WallClock
 from ..live import enact as en
 from ..live.cluster import SlurmCluster
+from ..live.journaling import Journal
 from ..ops.config import DaemonConfig, mask
 from ..ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from ..policies import make_policy
@@ -29,6 +30,9 @@ from ..slurm.types import SlurmBackend, SlurmJob
 from ..store import StoreUnavailable, open_store
 from .journal import StoreJournal
 from .round_log import RoundLogger
+
+if TYPE_CHECKING:
+    from ..reports.reported_progress import ReportedProgress
 
 log = logging.getLogger("shockslurm.daemon")
 
@@ -39,7 +43,7 @@ class Daemon:
     cluster: SlurmCluster
     journal: StoreJournal | None
     logger: RoundLogger
-    progress: Any = None            # ReportedProgress when the daemon has a store
+    progress: ReportedProgress | None = None     # when the daemon has a store
     metrics: DaemonMetrics | None = None
 
     def reconcile(self, now: float | None = None) -> dict[str, int]:
@@ -74,14 +78,14 @@ def churn_limits(cfg: DaemonConfig) -> en.ChurnLimits:
 
 def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | None = None,
                  job_filter: Callable[[SlurmJob], bool] | None = None,
-                 stop_when_idle: bool = False, clock: Any = None,
+                 stop_when_idle: bool = False, clock: Clock | None = None,
                  emit: Callable[[str], None] | None = None,
                  metrics: DaemonMetrics | None = None) -> Daemon:
     """Wire the loop: cluster on `backend`, policy from `cfg`, the store when `engine` is given
     (journal, spec registry, and progress from the training reports, spool ingested each round),
     the metrics when `metrics` is given."""
-    journal = None
-    progress = None
+    journal: StoreJournal | None = None
+    progress: ReportedProgress | None = None
     if engine is not None:
         from ..reports.reported_progress import ReportedProgress
 
@@ -102,7 +106,7 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
                                        "policy_options": dict(cfg.policy_options)})
     elif cfg.spool_dir:
         log.warning("spool_dir %s is not ingested: the daemon has no store", cfg.spool_dir)
-    slurm_journal: Any = journal
+    slurm_journal: Journal | None = journal
     if metrics is not None:
         slurm_journal = MetricsJournal(journal, metrics)
     clock = clock or WallClock()
@@ -115,7 +119,7 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
                            max_snapshot_age_s=cfg.snapshot_age_bound)
     policy = make_policy(cfg.policy, cfg.policy_settings())
     logger = RoundLogger(cluster, emit, clock=clock.now)
-    observers: list[Any] = [logger] + ([journal] if journal is not None else [])
+    observers: list[RoundObserver] = [logger] + ([journal] if journal is not None else [])
     if metrics is not None:
         observers.append(MetricsObserver(metrics, cluster, clock=clock.now))
     loop = RoundLoop(cluster, policy, clock, cfg.round_seconds, observers=observers)

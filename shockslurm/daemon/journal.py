@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -90,7 +90,7 @@ class StoreJournal:
         key = (job_id, live.slurm.submit_time)
         if key not in self._job_pk:
             spec = live.spec
-            run = s.get(self.repo.Run, self.run_id)
+            run = s.get_one(self.repo.Run, self.run_id)
             job = self.repo.add_job(s, run, job_id=job_id, submit_s=live.slurm.submit_time,
                                     model=spec.model, epochs=spec.epochs,
                                     samples_per_epoch=spec.samples_per_epoch,
@@ -118,12 +118,12 @@ class StoreJournal:
         self._jobs = jobs
         self._ensure_run()
         with Session(self.engine) as s, s.begin():
-            run = s.get(self.repo.Run, self.run_id)
+            run = s.get_one(self.repo.Run, self.run_id)
             entries = {}
             for job_id in sorted(plan.run):
                 pk = self._pk(s, job_id)
                 if pk is not None:
-                    entries[s.get(self.repo.Job, pk)] = jobs[job_id].slurm.gpus
+                    entries[s.get_one(self.repo.Job, pk)] = jobs[job_id].slurm.gpus
             status = plan.info.get("status")
             objective = plan.info.get("objective")
             rnd = self.repo.record_round(
@@ -136,13 +136,13 @@ class StoreJournal:
     @_store("record an intent")
     def intent(self, step: en.Step) -> object:
         with Session(self.engine) as s, s.begin():
-            rnd = s.get(self.repo.Round, self._round_id)
+            rnd = s.get_one(self.repo.Round, self._round_id)
             ids = []
             for job_id in step.job_ids:
                 pk = self._pk(s, job_id)
                 if pk is None:   # never act on a job without its intent recorded first
                     raise LookupError(f"job {job_id} is not known to this round's journal")
-                intent = self.repo.add_enactment_intent(s, rnd, s.get(self.repo.Job, pk),
+                intent = self.repo.add_enactment_intent(s, rnd, s.get_one(self.repo.Job, pk),
                                                         action=step.action, argv=step.argv)
                 ids.append(intent.id)
             return ids
@@ -150,8 +150,8 @@ class StoreJournal:
     @_store("record an outcome")
     def outcome(self, handle: object, result: CommandResult) -> None:
         with Session(self.engine) as s, s.begin():
-            for intent_id in handle or ():  # type: ignore[union-attr]
-                intent = s.get(self.repo.EnactmentIntent, intent_id)
+            for intent_id in cast("list[int]", handle or []):   # what `intent` returned
+                intent = s.get_one(self.repo.EnactmentIntent, intent_id)
                 self.repo.finish_enactment_intent(s, intent, return_code=result.returncode,
                                                   stderr=result.stderr)
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..model import RoundPlan
 from ..slurm.types import JobState, SlurmJob
@@ -227,10 +227,10 @@ class ChurnLimits:
     finish_window_seconds: float = FINISH_WINDOW_ROUNDS * 120.0
 
     @classmethod
-    def for_round(cls, round_s: float, **overrides: float | int) -> "ChurnLimits":
+    def for_round(cls, round_s: float, **overrides: float | None) -> "ChurnLimits":
         """The defaults for rounds of `round_s` (min run 1.5 rounds, finish window half a
-        round), with overrides."""
-        values: dict = {"min_run_seconds": MIN_RUN_ROUNDS * round_s,
+        round), with overrides (None: the default)."""
+        values: dict[str, Any] = {"min_run_seconds": MIN_RUN_ROUNDS * round_s,
                         "finish_window_seconds": FINISH_WINDOW_ROUNDS * round_s}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

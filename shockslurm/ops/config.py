@@ -41,6 +41,7 @@ ENV_PREFIX = "SHOCKSLURM_DAEMON_"
 POLICY_ENV_PREFIX = "SHOCKSLURM_POLICY_"
 BACKENDS = ("auto", "cli", "pyslurm")
 LOG_FORMATS = ("text", "json")
+JOURNALD = ("auto", "yes", "no")
 # [policy] keys that are PolicySettings fields; every other key is a policy keyword argument.
 SETTINGS_KEYS = ("min_resolve_interval_s", "idle_unallocated")
 _SETTINGS_DEFAULTS = PolicySettings()
@@ -96,10 +97,10 @@ KEYS: tuple[Key, ...] = (
     Key("daemon", "job_name_prefix", "path", "",
         "Admin restriction: schedule only managed jobs whose name starts with this (\"\" = "
         "all). Other managed jobs are left alone and their GPUs count as taken."),
-    Key("daemon", "db", "string", "shockslurm.db",
+    Key("daemon", "db", "string", "/var/lib/shockslurm/shockslurm.db",
         "The store: a SQLite path or `postgresql+psycopg://USER:PASSWORD@HOST/DB` (put the "
-        "password in `SHOCKSLURM_DB`, not here).",
-        example="/var/lib/shockslurm/shockslurm.db", secret=True),
+        "password in `SHOCKSLURM_DB`, not here). The default lies in the systemd unit's "
+        "`StateDirectory`.", secret=True),
     Key("daemon", "backend", "choice", "auto",
         "Slurm access: `cli` (squeue/sinfo --json, scontrol), `pyslurm`, or `auto` (pyslurm "
         "only when it matches the running Slurm).", choices=BACKENDS),
@@ -127,6 +128,10 @@ KEYS: tuple[Key, ...] = (
     Key("daemon", "log_format", "choice", "text",
         "`text`: one readable line per round; `json`: one JSON object per line.", reload=True,
         choices=LOG_FORMATS),
+    Key("daemon", "journald", "choice", "auto",
+        "Log lines for journald: no timestamp of their own, each prefixed with its syslog "
+        "priority (`<3>` error ... `<7>` debug) so that `journalctl -p` filters them. `auto`: "
+        "when `$JOURNAL_STREAM` says the output goes to the journal.", choices=JOURNALD),
     Key("daemon", "store_timeout_seconds", "positive", 5.0,
         "How long one store read or write may wait (SQLite busy timeout; PostgreSQL connect, "
         "lock and statement timeouts) before the round is abandoned as a store outage."),
@@ -157,7 +162,7 @@ class DaemonConfig:
     policy: str = "shockwave"
     grace_seconds: float = 30.0
     partitions: tuple[str, ...] = ("gpu",)
-    db: str = "shockslurm.db"
+    db: str = "/var/lib/shockslurm/shockslurm.db"
     backend: str = "auto"
     cluster: str = "slurm"          # the name `shocksub --cluster` registers specs under
     stop_timeout_seconds: float = 60.0
@@ -165,6 +170,7 @@ class DaemonConfig:
     rejected_dir: str = ""          # refused reports ("" = `<spool_dir>.rejected`)
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     log_format: str = "text"
+    journald: str = "auto"
     metrics_address: str = "127.0.0.1"
     metrics_port: int = 9814
     job_name_prefix: str = ""

@@ -3,15 +3,23 @@
 A record may carry structured fields in `record.fields` (a dict, passed as
 `extra={"fields": {...}}`): the JSON format emits them as top-level keys; the text format
 shows only the message (which the caller writes to contain them).
+
+The handler sits on the root logger, so every library's records and Python's warnings
+(`logging.captureWarnings`) come out in the same format: in `json` mode every line is a JSON
+object. Under journald (`journald = "yes"`, or `"auto"` with `$JOURNAL_STREAM` set, as systemd
+sets it for a unit's output) lines carry no timestamp of their own (the journal has one) and each
+starts with its syslog priority, `<3>` error (`<2>` critical), `<4>` warning, `<6>` info, `<7>`
+debug, which journald strips and stores: `journalctl -u shockslurm -p err` shows the errors.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
-from typing import IO, Any
+from typing import IO, Any, Mapping
 
 from .config import mask
 
@@ -34,8 +42,51 @@ class MaskingFilter(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s shockslurm %(levelname)s %(name)s: %(message)s")
+    def __init__(self, timestamp: bool = True) -> None:
+        super().__init__(("%(asctime)s " if timestamp else "")
+                         + "shockslurm %(levelname)s %(name)s: %(message)s")
+
+
+def syslog_priority(levelno: int) -> int:
+    """The syslog priority of a logging level (RFC 5424: 2 crit, 3 err, 4 warning, 6 info,
+    7 debug)."""
+    if levelno >= logging.CRITICAL:
+        return 2
+    if levelno >= logging.ERROR:
+        return 3
+    if levelno >= logging.WARNING:
+        return 4
+    return 6 if levelno >= logging.INFO else 7
+
+
+class JournalFormatter(logging.Formatter):
+    """Another formatter's output with every line prefixed `<priority>` (journald reads the
+    prefix of each line it receives, so a traceback's lines keep the record's priority)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{syslog_priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in self.inner.format(record).splitlines())
+
+
+def under_journald(journald: str, env: Mapping[str, str] | None = None) -> bool:
+    """`journald`: yes | no | auto (`$JOURNAL_STREAM` set: systemd connected the output to the
+    journal)."""
+    if journald == "auto":
+        return bool((os.environ if env is None else env).get("JOURNAL_STREAM"))
+    return journald == "yes"
+
+
+def make_formatter(log_format: str, journal: bool) -> logging.Formatter:
+    """The formatter of `log_format` (text | json), for journald when `journal`."""
+    if log_format == "json":
+        fmt: logging.Formatter = JsonFormatter()
+    else:
+        fmt = TextFormatter(timestamp=not journal)
+    return JournalFormatter(fmt) if journal else fmt
 
 
 class JsonFormatter(logging.Formatter):
@@ -55,28 +106,36 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, default=str)
 
 
-def configure(log_format: str, stream: IO[str] | None = None,
-              level: int = logging.INFO) -> logging.Handler:
-    """Install (or switch the format of) the daemon's handler on the `shockslurm` logger.
+def configure(log_format: str, stream: IO[str] | None = None, level: int = logging.INFO,
+              journald: str = "auto") -> logging.Handler:
+    """Install (or switch the format of) the daemon's handler on the root logger: the
+    `shockslurm` loggers at `level`, every other logger and Python's warnings at WARNING, all in
+    one format on one stream (plain stream handlers on the root, e.g. `--log-level`'s, are
+    taken off).
     Idempotent: SIGHUP calls it again with the new format."""
-    logger = logging.getLogger(LOGGER)
-    handler = next((h for h in logger.handlers if h.get_name() == _HANDLER_NAME), None)
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if h.get_name() == _HANDLER_NAME), None)
     if handler is None:
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.set_name(_HANDLER_NAME)
         handler.addFilter(MaskingFilter())
-        logger.addHandler(handler)
+        for other in [h for h in root.handlers if type(h) is logging.StreamHandler]:
+            root.removeHandler(other)      # basicConfig's (--log-level); not a test's capture
+        root.addHandler(handler)
     elif stream is not None and isinstance(handler, logging.StreamHandler):
         handler.setStream(stream)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    handler.setFormatter(make_formatter(log_format, under_journald(journald)))
+    root.setLevel(logging.WARNING)
+    logger = logging.getLogger(LOGGER)
     logger.setLevel(min(level, logger.level or level))
-    logger.propagate = False   # the root handler (--log-level) would print every line twice
+    logger.propagate = True
+    logging.captureWarnings(True)
     return handler
 
 
 def remove() -> None:
     """Take the daemon's handler off again (tests, in-process runs)."""
-    logger = logging.getLogger(LOGGER)
-    for h in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
-        logger.removeHandler(h)
-    logger.propagate = True
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
+        root.removeHandler(h)
+    logging.captureWarnings(False)

@@ -9,7 +9,7 @@ Every name starts with `shockslurm_`:
 | `shockslurm_solve_duration_seconds` | histogram | the policy's `allocate` time |
 | `shockslurm_managed_jobs{state}` | gauge | active managed jobs this daemon schedules, by Slurm state (PENDING, RUNNING, SUSPENDED, COMPLETING) |
 | `shockslurm_gpus_allocated` | gauge | GPUs the latest round's plan gives to jobs |
-| `shockslurm_gpus_total` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
+| `shockslurm_gpus_schedulable` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
 | `shockslurm_enactment_failures_total{action,reason}` | counter | failed Slurm calls, one per job the command named (as many as the store's intents with a non-zero return code); `action` is the verb (signal, requeuehold, hold, update, release), `reason` a coarse class of its stderr (invalid_job, job_state, permission, timeout, backend_error, other) |
 | `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
 | `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
@@ -17,6 +17,10 @@ Every name starts with `shockslurm_`:
 | `shockslurm_outages_total{what}` | counter | outages begun: `slurm` (cannot be read or reached) or `store` (cannot record) |
 | `shockslurm_outage_active{what}` | gauge | 1 while that outage lasts (no actions are taken), else 0 |
 | `shockslurm_leader` | gauge | 1 while this daemon holds the store's leader lock (it alone acts), 0 while it stands by |
+| `shockslurm_build_info{version,python}` | gauge | always 1; the labels name the running shockslurm and Python |
+| `process_*`, `python_info` | | the daemon process's CPU seconds, memory, open files, start time (`prometheus_client`'s process and platform collectors) |
+
+A gauge's name never ends in `_total` (Prometheus reserves it for counters; promtool flags it).
 
 Forecast error, defined: the first round a job is seen RUNNING, the daemon records its forecast
 remaining run time F = remaining iterations / iterations per second (the policy's view of the
@@ -32,12 +36,23 @@ without another squeue read).
 
 from __future__ import annotations
 
+import platform
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, Info,
+                               PlatformCollector, ProcessCollector)
 from prometheus_client.exposition import generate_latest
+
+from .. import __version__
+
+if TYPE_CHECKING:   # types only: the metrics module imports no layer at run time
+    from ..live.cluster import SlurmCluster
+    from ..live.enact import Step
+    from ..live.journaling import Journal, LiveJob
+    from ..model import JobView, RoundPlan, Snapshot
+    from ..slurm.types import CommandResult, SlurmJob
 
 ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING")
 OUTAGE_KINDS = ("slurm", "store")
@@ -77,6 +92,10 @@ class DaemonMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Info("shockslurm_build", "The running shockslurm.", registry=r).info(
+            {"version": __version__, "python": platform.python_version()})
         self.rounds = Counter("shockslurm_rounds", "Rounds run.", registry=r)
         self.round_duration = Histogram("shockslurm_round_duration_seconds",
                                         "Wall time of a round (observe, solve, enact).",
@@ -90,8 +109,9 @@ class DaemonMetrics:
             self.jobs.labels(state=state).set(0)
         self.gpus_allocated = Gauge("shockslurm_gpus_allocated",
                                     "GPUs the latest round's plan allocates.", registry=r)
-        self.gpus_total = Gauge("shockslurm_gpus_total",
-                                "GPUs the policy could allocate in the latest round.", registry=r)
+        self.gpus_schedulable = Gauge("shockslurm_gpus_schedulable",
+                                      "GPUs the policy could allocate in the latest round.",
+                                      registry=r)
         self.enactment_failures = Counter(
             "shockslurm_enactment_failures",
             "Failed Slurm calls, one per job named, by verb and stderr class.",
@@ -119,8 +139,8 @@ class DaemonMetrics:
 
     # ------------------------------------------------------------------ recording
     def record_round(self, *, now: float, round_duration_s: float, solve_s: float,
-                     gpus_allocated: int, gpus_total: int, states: Mapping[int, str],
-                     views: Mapping[int, Any]) -> None:
+                     gpus_allocated: int, gpus_schedulable: int, states: Mapping[int, str],
+                     views: Mapping[int, JobView]) -> None:
         """One round. `states`: Slurm state of every active managed job by job id; `views`:
         the snapshot's `JobView`s by job id (for the forecast)."""
         self.rounds.inc()
@@ -132,12 +152,12 @@ class DaemonMetrics:
         for state, n in counts.items():
             self.jobs.labels(state=state).set(n)
         self.gpus_allocated.set(gpus_allocated)
-        self.gpus_total.set(gpus_total)
+        self.gpus_schedulable.set(gpus_schedulable)
         self.last_round.set(now)
         self._track_forecasts(now, states, views)
 
     def _track_forecasts(self, now: float, states: Mapping[int, str],
-                         views: Mapping[int, Any]) -> None:
+                         views: Mapping[int, JobView]) -> None:
         for job_id, fc in list(self._forecasts.items()):
             state = states.get(job_id)
             if state is None or state == "COMPLETING":
@@ -196,43 +216,45 @@ class MetricsObserver:
     """`RoundObserver` feeding `DaemonMetrics` from a `SlurmCluster` (public attributes only:
     `jobs`); `clock` must be the loop's clock (the round started at `snapshot.now`)."""
 
-    def __init__(self, metrics: DaemonMetrics, cluster: Any,
+    def __init__(self, metrics: DaemonMetrics, cluster: SlurmCluster,
                  clock: Callable[[], float] = time.time) -> None:
         self.metrics = metrics
         self.cluster = cluster
         self.clock = clock
 
-    def on_round(self, snapshot: Any, plan: Any, solve_s: float) -> None:
+    def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
         now = self.clock()
         states = {jid: live.slurm.state.value for jid, live in self.cluster.jobs.items()}
         self.metrics.record_round(
             now=snapshot.now, round_duration_s=now - snapshot.now, solve_s=solve_s,
-            gpus_allocated=plan.gpus_used(snapshot), gpus_total=snapshot.gpus, states=states,
+            gpus_allocated=plan.gpus_used(snapshot), gpus_schedulable=snapshot.gpus,
+            states=states,
             views={v.job_id: v for v in snapshot.jobs})
 
 
 class MetricsJournal:
-    """Wraps a `slurm.journaling.Journal` (or None) to count failed calls by verb and stderr class."""
+    """Wraps a `live.journaling.Journal` (or None) to count failed calls by verb and stderr class."""
 
-    def __init__(self, inner: Any, metrics: DaemonMetrics) -> None:
+    def __init__(self, inner: Journal | None, metrics: DaemonMetrics) -> None:
         self.inner = inner
         self.metrics = metrics
 
-    def begin_round(self, snapshot: Any, plan: Any, jobs: Any) -> None:
+    def begin_round(self, snapshot: Snapshot, plan: RoundPlan,
+                    jobs: Mapping[int, LiveJob]) -> None:
         if self.inner is not None:
             self.inner.begin_round(snapshot, plan, jobs)
 
-    def intent(self, step: Any) -> object:
+    def intent(self, step: Step) -> object:
         handle = self.inner.intent(step) if self.inner is not None else None
         return (handle, step)
 
-    def outcome(self, handle: object, result: Any) -> None:
-        inner_handle, step = handle  # type: ignore[misc]
+    def outcome(self, handle: object, result: CommandResult) -> None:
+        inner_handle, step = cast("tuple[object, Step]", handle)   # what `intent` returned
         if self.inner is not None:
             self.inner.outcome(inner_handle, result)
         self.metrics.record_outcome(step.action, len(step.job_ids), result.returncode,
                                     result.stderr or "")
 
-    def job_ended(self, job: Any, final: Any, now: float) -> None:
+    def job_ended(self, job: LiveJob, final: SlurmJob | None, now: float) -> None:
         if self.inner is not None:
             self.inner.job_ended(job, final, now)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 # (job label, start s, width s, gang size): one bar of the GPU allocation timeline.
 TimelineBar = tuple[str, float, float, int]
@@ -34,7 +34,7 @@ class RunSeries:
     rho_definition: str = "JCT / (exclusive runtime * max(1, N / G))"
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)

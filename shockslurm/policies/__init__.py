@@ -11,9 +11,12 @@ import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .gavel_rounds import GavelRounds
+
+if TYPE_CHECKING:   # a type only: policies never import the round loop
+    from ..engine import Policy
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ def _entry(name: str) -> PolicyEntry:
         raise KeyError(f"unknown policy '{name}' (known: {', '.join(REGISTRY)})") from None
 
 
-def _load(target: str) -> type:
+def _load(target: str) -> Any:
+    """The class (or function) `module:attribute` of this package names."""
     module_name, attr = target.split(":")
     return getattr(importlib.import_module(f"{__name__}.{module_name}"), attr)
 
@@ -80,12 +84,13 @@ def option_names(name: str) -> tuple[str, ...]:
                         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)))
 
 
-def make_policy(name: str, settings: PolicySettings = PolicySettings()):
+def make_policy(name: str, settings: PolicySettings = PolicySettings()) -> Policy:
     """Build the named policy as a round `Policy` (see `engine.Policy`)."""
     entry = _entry(name)
     policy = _load(entry.target)(**dict(settings.options))
-    if entry.gavel:
+    if entry.gavel:     # an AllocationPolicy (time fractions), played in Gavel's rounds
         return GavelRounds(policy, round_s=settings.round_s,
                            min_resolve_interval_s=settings.min_resolve_interval_s,
                            idle_unallocated=settings.idle_unallocated)
-    return policy
+    round_policy: Policy = policy      # plans rounds itself (shockwave, fifo)
+    return round_policy

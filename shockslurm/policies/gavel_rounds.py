@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from ..model import RoundPlan, Snapshot
+from ..model import JobView, RoundPlan, Snapshot
 from .base import AllocationPolicy
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class GavelRounds:
         self.resolves += 1
         return True
 
-    def _rank_key(self, job) -> tuple[float, float, float]:
+    def _rank_key(self, job: JobView) -> tuple[float, float, float]:
         x = self.allocation.get(job.job_id, 0.0)
         if x <= 0 or job.iterations_per_s <= 0:
             priority = 0.0

@@ -279,7 +279,7 @@ class ReportedProgress:
         completed = (max(r.epoch_bs) + 1) if r.epoch_bs else 0
         if r.position is not None or r.epoch_bs:
             done = float(completed)
-            if r.position is not None and (r.last_epoch_time is None
+            if r.position is not None and (r.last_epoch_time is None or r.position_time is None
                                            or r.position_time >= r.last_epoch_time):
                 done = max(done, r.position)
             done = max(0.0, min(done, progress_ceiling(spec, bs)))

@@ -27,7 +27,7 @@ class SimConfig:
     nodes: tuple[Node, ...] = ()
 
     @classmethod
-    def for_nodes(cls, nodes: tuple[Node, ...], **kwargs) -> "SimConfig":
+    def for_nodes(cls, nodes: tuple[Node, ...], **kwargs: Any) -> "SimConfig":
         return cls(gpus=sum(n.gpus for n in nodes), nodes=tuple(nodes), **kwargs)
 
     @property
@@ -56,7 +56,7 @@ class RoundRecord:
     run: tuple[int, ...]
     gpus_used: int
     solve_s: float
-    info: dict
+    info: dict[str, Any]
 
 
 @dataclass
@@ -69,11 +69,11 @@ class SimResult:
     sim_wall_s: float
     solve_s: float
     batch_size_changes: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     # (time_s, job_id, old batch size, new batch size) of every change, in time order (the store).
     batch_size_events: list[tuple[float, int, int, int]] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {"policy": self.policy, **self.metrics.as_dict(), "sim_wall_s": self.sim_wall_s,
                "solve_s": self.solve_s, "rounds": len(self.rounds), "gpus": self.config.gpus,
                "cluster": self.config.cluster,

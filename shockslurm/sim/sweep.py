@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from ..model import JobSpec
 from .run import SimConfig, simulate
@@ -19,7 +19,7 @@ SWEEP_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "utilization")
 
 def switch_cost_runs(workloads: Sequence[Sequence[JobSpec]], policies: Sequence[str],
                      overheads: Sequence[float], base: SimConfig,
-                     progress: Callable[[str], None] | None = None) -> list[dict]:
+                     progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """One row per (workload index, policy, restart overhead) with the run's `SWEEP_METRICS`."""
     rows = []
     for w, jobs in enumerate(workloads):
@@ -34,10 +34,10 @@ def switch_cost_runs(workloads: Sequence[Sequence[JobSpec]], policies: Sequence[
     return rows
 
 
-def median_table(rows: Sequence[dict]) -> list[dict]:
+def median_table(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Medians of `SWEEP_METRICS` over workloads per (policy, restart overhead), in first-seen
     order."""
-    groups: dict[tuple[str, float], list[dict]] = {}
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["policy"], r["restart_overhead_s"]), []).append(r)
     return [{"policy": p, "restart_overhead_s": o, "workloads": len(g),

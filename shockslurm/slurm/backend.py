@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import logging
 from types import ModuleType
-from typing import Literal
 
 from ..errors import ConfigError
 from .cli_backend import CliBackend
@@ -20,7 +19,6 @@ from .version import parse_version_text
 
 log = logging.getLogger(__name__)
 
-Prefer = Literal["auto", "cli", "pyslurm"]
 
 
 def pyslurm_usable(slurm: SlurmVersion) -> tuple[ModuleType | None, str]:
@@ -40,8 +38,9 @@ def pyslurm_usable(slurm: SlurmVersion) -> tuple[ModuleType | None, str]:
     return mod, ""
 
 
-def make_backend(prefer: Prefer = "auto", *, cli: CliBackend | None = None) -> SlurmBackend:
-    """The backend to use. `prefer="cli"` never touches pyslurm."""
+def make_backend(prefer: str = "auto", *, cli: CliBackend | None = None) -> SlurmBackend:
+    """The backend to use: `prefer` is auto | cli | pyslurm (a configuration value, checked
+    here). `prefer="cli"` never touches pyslurm."""
     if prefer not in ("auto", "cli", "pyslurm"):
         raise ConfigError(f"unknown backend {prefer!r} (auto, cli, pyslurm)", field="backend")
     cli = cli or CliBackend()

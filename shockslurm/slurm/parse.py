@@ -123,7 +123,9 @@ def strings(value: Any, ctx: _Ctx, field: str) -> tuple[str, ...]:
 # --- gres -----------------------------------------------------------------------------------
 
 def _split_outside_parens(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         if ch == "(":
             depth += 1

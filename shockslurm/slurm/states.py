@@ -90,7 +90,7 @@ def parse_job_state(value: str | Iterable[str], *, job_id: object = None
     if "COMPLETING" in flags:
         return JobState.COMPLETING, frozenset(flags)
     if base is None:
-        implied = [STATE_FLAGS[f] for f in sorted(flags) if STATE_FLAGS[f] is not None]
+        implied = [s for s in (STATE_FLAGS[f] for f in sorted(flags)) if s is not None]
         base = implied[0] if implied else JobState.UNKNOWN
     return base, frozenset(flags)
 

@@ -260,13 +260,14 @@ class ScriptTemplate(Template):
     still raises KeyError from `substitute`, so a typo cannot ship.
     """
 
-    flags = 0
+    flags = re.RegexFlag(0)
+    # a str here: Template.__init_subclass__ compiles it (typeshed types the compiled pattern)
     pattern = r"""\$(?:
         (?P<escaped>(?!)) |
         (?P<named>(?!)) |
         \{(?P<braced>[a-z][a-z0-9_]*)\} |
         (?P<invalid>(?!))
-    )"""
+    )"""  # type: ignore[assignment]
 
 
 def load_template(name: str) -> str:

@@ -37,8 +37,8 @@ def version_from_meta(meta: Mapping[str, object]) -> SlurmVersion:
     ver = block.get("version")
     if isinstance(ver, Mapping):
         try:
-            return SlurmVersion(int(ver["major"]), int(ver["minor"]),  # type: ignore[arg-type]
-                                int(ver.get("micro") or 0))             # type: ignore[arg-type]
+            return SlurmVersion(int(ver["major"]), int(ver["minor"]),
+                                int(ver.get("micro") or 0))
         except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
             pass
     release = block.get("release")

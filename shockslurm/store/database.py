@@ -110,6 +110,16 @@ def _check_sqlite_file(url: URL) -> None:
                          "create files beside the store)")
 
 
+def _check_exists(url: URL) -> None:
+    """Refuse a SQLite store file that does not exist (opening it would leave an empty file
+    behind); other backends answer for themselves when connected."""
+    db = url.database
+    if url.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+        return
+    if not Path(db).exists():
+        raise StoreError(f"no store at {db}; create it with `shockslurm db upgrade --db {db}`")
+
+
 def _sqlite_pragmas(engine: Engine, timeout_s: float) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -247,6 +257,8 @@ def open_store(url: str, *, create: bool = False,
     Raises `StoreUnavailable` when the store is unreachable, locked or times out, `StoreError`
     when it is newer than this code, or (without `create`) empty or older.
     """
+    if not create:
+        _check_exists(parse_url(url))
     engine = make_engine(url, timeout_s=timeout_s)
     if create:
         upgrade(engine)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def _int_env(*names: str) -> int | None:
@@ -21,7 +22,7 @@ def _int_env(*names: str) -> int | None:
     return None
 
 
-def _group():  # type: ignore[no-untyped-def]
+def _group() -> Any:
     """torch.distributed when torch is imported and a process group is up, else None."""
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None

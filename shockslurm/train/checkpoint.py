@@ -43,7 +43,7 @@ import re
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -287,8 +287,8 @@ class CheckpointManager:
 
 def _numpy_rng_state() -> dict[str, Any]:
     """numpy's global RNG state as a tensor and numbers (weights_only cannot load an ndarray)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"bit_generator": str(name), "keys": torch.from_numpy(keys.astype(np.int64)),
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {"bit_generator": str(name), "keys": torch.from_numpy(np.asarray(keys).astype(np.int64)),
             "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
 
 
@@ -329,9 +329,9 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     state_dict keys carry no `module.` / `_orig_mod.` prefix."""
     while True:
         if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            model = model.module
+            model = cast(torch.nn.Module, model.module)
         elif type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = cast(torch.nn.Module, model._orig_mod)
         else:
             return model
 

@@ -116,10 +116,10 @@ class Lease:
         self.signals = tuple(signals)
         if stop_file is True:
             self.stop_file = default_stop_file()
-        elif stop_file in (False, None):
+        elif stop_file is False or stop_file is None:
             self.stop_file = None
         else:
-            self.stop_file = Path(stop_file)  # type: ignore[arg-type]
+            self.stop_file = Path(stop_file)
         self.file_poll_s = file_poll_s
         self.extra = extra
         self.sync_ranks = sync_ranks

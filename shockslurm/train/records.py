@@ -53,14 +53,12 @@ import hashlib
 import hmac
 import json
 import math
-from typing import Any
-
-from typing import Callable
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import limits
+
+if TYPE_CHECKING:  # the store is the daemon's side (shockslurm[store]); the helper signs only
+    from sqlalchemy.orm import Session
 
 VERSION = 1
 SIG_FIELD = "sig"
@@ -150,7 +148,7 @@ def validate(report: Any) -> dict[str, Any]:
         raise BadReport("neither job_id nor job_pk is an integer")
     if not _is(report.get("cluster", "slurm"), str):
         raise BadReport("cluster must be a string")
-    time_s = report.get("time_s")
+    time_s: Any = report.get("time_s")
     if not _is(time_s, (int, float)) or not math.isfinite(time_s):
         raise BadReport(f"time_s must be a finite number, got {limits.shown(time_s)}")
     for field, ftype in _FIELDS[kind].items():
@@ -247,6 +245,8 @@ def check_report(session: Session, report: dict[str, Any], *,
     """The gate of every write path: the store key of the report's job when the report is well
     formed, its job is registered and its signature matches that job's key; raises BadReport
     with the reason (naming the claimed job, never a key) otherwise."""
+    from sqlalchemy import select
+
     from ..store.models import Job
 
     validate(report)
@@ -281,6 +281,8 @@ def _already_stored(session: Session, report: dict[str, Any], job_pk: int) -> bo
     Why: a signed report stays valid forever, so a copy of an old one (taken from a shared
     spool) could be delivered again, e.g. to move the job's reported position back. Its time
     is signed and stored with its row, so the copy is recognised without a nonce column."""
+    from sqlalchemy import select
+
     model, conditions = _identity(report)
     found = select(model.id).where(model.job_pk == job_pk, *conditions).limit(1)
     return session.scalar(found) is not None
@@ -314,6 +316,8 @@ def _epoch_detail(report: dict[str, Any]) -> str:
 
 def resolve_job_pk(session: Session, report: dict[str, Any]) -> int | None:
     """The store key of the report's job, or None when the store does not know it."""
+    from sqlalchemy import select
+
     from ..store.models import Job, Run
     from ..store.repository import REGISTRY_KIND
 
@@ -337,7 +341,7 @@ def add_rows(session: Session, report: dict[str, Any], job_pk: int) -> None:
         repo.add_throughput_sample(session, job_pk, time_s=t,
                                    samples_per_s=float(report["samples_per_s"]),
                                    batch_size=report["batch_size"], gpus=report["gpus"])
-        progress = report.get("epoch_progress")
+        progress: Any = report.get("epoch_progress")
         if _is(progress, (int, float)) and math.isfinite(progress) and progress >= 0:
             detail = {k: report[k] for k in PROGRESS_KEYS if _is(report.get(k), (int, float))}
             session.add(JobEvent(job_pk=job_pk, time_s=t, kind="progress",

@@ -376,7 +376,7 @@ class ShockTrainer:
             raise ValueError("shockslurm.train: batches() needs a DataLoader with a batch_size "
                              "(one DataLoader per batch size of your schedule)")
         sampler = resumable_sampler(loader)
-        inner = sampler if sampler is not None else getattr(loader, "sampler", None)
+        inner: Any = sampler if sampler is not None else getattr(loader, "sampler", None)
         size = per_rank * int(getattr(inner, "num_replicas", 1))
         resuming = self._resume_pending and self.step_in_epoch > 0
         self._resume_pending = False

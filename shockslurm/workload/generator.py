@@ -10,12 +10,15 @@ seed always gives the same workload.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from ..model import JobSpec
 from .adaptation import batch_size_schedule
 from .catalogue import CATALOGUE
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class GeneratorConfig:
             raise ValueError("max_exclusive_hours must be positive")
 
 
-def _choice(rng: np.random.Generator, table: tuple[tuple[object, float], ...]) -> object:
+def _choice(rng: np.random.Generator, table: tuple[tuple[T, float], ...]) -> T:
     values = [v for v, _ in table]
     weights = np.array([w for _, w in table], dtype=float)
     return values[int(rng.choice(len(values), p=weights / weights.sum()))]

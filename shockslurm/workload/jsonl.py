@@ -68,7 +68,7 @@ def _positive(row: dict, key: str, kind: type, where: dict, default: Any = None)
 
 
 def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -> JobSpec:
-    where = {"source": source, "line": line}
+    where: dict[str, Any] = {"source": source, "line": line}
     if not isinstance(row, dict):
         raise InputError("each line must be a JSON object", **where)
     unknown = sorted(set(row) - KNOWN)
@@ -107,6 +107,7 @@ def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -
         if any(not (v > 0 and math.isfinite(v)) for v in rates.values()):
             raise InputError("throughputs must be positive numbers", field="throughput", **where)
     else:
+        assert info is not None      # refused above: an unknown model must give its throughput
         rates = {b: info.iterations_per_s(b, gpus) for b in sorted(set(schedule) | set(info.ladder))}
     missing = sorted(set(schedule) - set(rates))
     if missing:

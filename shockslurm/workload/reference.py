@@ -83,7 +83,7 @@ def parse_trace_line(text: str, *, source: str = "<trace>", line: int = 1) -> Tr
     if mode not in ADAPTATION_MODES:
         raise InputError(f"unknown mode {mode!r} (known: {', '.join(ADAPTATION_MODES)})",
                          source=source, line=line, field="mode")
-    common = dict(source=source, line=line)
+    common: dict[str, Any] = {"source": source, "line": line}
     gang = _number(row["scale_factor"], int, field="scale_factor", minimum=1, **common)
     if gang not in GANG_SIZES:
         raise InputError(f"gang size must be one of {GANG_SIZES}, got {gang}", field="scale_factor",

@@ -143,7 +143,7 @@ def test_daemon_operations(tmp_path: Path, slurm_cluster):
         assert m[("shockslurm_gpus_allocated", ())] == gpus
         assert m[("shockslurm_round_duration_seconds_count", ())] == rounds
         assert m[("shockslurm_solve_duration_seconds_count", ())] == rounds
-        assert 0 < m[("shockslurm_gpus_total", ())] <= slurm_cluster.gpus
+        assert 0 < m[("shockslurm_gpus_schedulable", ())] <= slurm_cluster.gpus
         failures = sum(v for (name, _), v in m.items()
                        if name == "shockslurm_enactment_failures_total")
         assert failures == failed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,8 @@ def identical_snapshot(jobs: int, gpus: int, round_s: float = 120.0) -> Snapshot
 
 
 def bench_solver(jobs: int, gpus: int, repeats: int = 5, seed: int = 0,
-                 config: ShockwaveConfig | None = None, identical: bool = False) -> dict:
+                 config: ShockwaveConfig | None = None, identical: bool = False
+                 ) -> dict[str, Any]:
     """Median and p95 wall time of a full re-solve (forecasts, both market attempts, packing)
     of a fresh policy on a synthetic snapshot of `jobs` active jobs on `gpus` GPUs (mixed, or
     all `identical`)."""

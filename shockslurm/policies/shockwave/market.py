@@ -54,6 +54,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import highspy
 import numpy as np
@@ -105,7 +106,7 @@ class MarketResult:
 
 
 # One thread and a fixed seed: HiGHS then takes the same path through the search on every run.
-DETERMINISTIC_OPTIONS = {"threads": 1, "parallel": "off", "random_seed": 0}
+DETERMINISTIC_OPTIONS: dict[str, int | str] = {"threads": 1, "parallel": "off", "random_seed": 0}
 
 
 def _run_single_threaded(h: highspy.Highs) -> None:
@@ -118,7 +119,7 @@ def _run_single_threaded(h: highspy.Highs) -> None:
         h.run()
 
 
-def segments(breakpoints, log_zero: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def segments(breakpoints: Sequence[float], log_zero: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(b_k, v_k, slope_k) of each segment of the piecewise-linear log."""
     b = np.asarray(breakpoints, dtype=float)
     v = np.array([log_zero] + [math.log(x) for x in b[1:]])
@@ -140,10 +141,10 @@ class WorkLimit:
         h.cbMipInterrupt.subscribe(self._check)
         h.cbMipImprovingSolution.subscribe(self._improved)
 
-    def _improved(self, event) -> None:
+    def _improved(self, event: Any) -> None:
         self.last_improvement = self.steps
 
-    def _check(self, event) -> None:
+    def _check(self, event: Any) -> None:
         self.steps += 1
         stalled = (self.last_improvement is not None
                    and self.steps - self.last_improvement >= self.stall)
@@ -152,7 +153,7 @@ class WorkLimit:
             event.interrupt()
 
 
-def solve_market(inp: MarketInput, *, breakpoints, log_zero: float, integer: bool,
+def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: float, integer: bool,
                  gap: float, time_limit_s: float, mip_time_limit_s: float = math.inf,
                  stall_steps: int | None = None,
                  max_steps: int | None = None) -> MarketResult:
@@ -202,13 +203,13 @@ def solve_market(inp: MarketInput, *, breakpoints, log_zero: float, integer: boo
     rows += [r0 + j, r0 + j]; cols += [np.full(n, iM), iF + j]; vals += [np.ones(n), a]
     nrow = r0 + n
     inf = highspy.kHighsInf
-    row_lo = [[-inf], np.full(n, -inf), np.full(K * n, -inf), inp.remaining_rounds]
-    row_hi = [[float(inp.gpus * T)], np.zeros(n), *cut_hi, np.full(n, inf)]
+    row_lo: list[Any] = [[-inf], np.full(n, -inf), np.full(K * n, -inf), inp.remaining_rounds]
+    row_hi: list[Any] = [[float(inp.gpus * T)], np.zeros(n), *cut_hi, np.full(n, inf)]
     if tail:   # s_j + a_j f_j >= R_j/L - drain
         rows += [nrow + j, nrow + j]; cols += [iS + j, iF + j]; vals += [np.ones(n), a]
         row_lo.append(inp.remaining_rounds - inp.drain_rounds); row_hi.append(np.full(n, inf))
         nrow += n
-    row_lo, row_hi = np.concatenate(row_lo), np.concatenate(row_hi)
+    row_lower, row_upper = np.concatenate(row_lo), np.concatenate(row_hi)
 
     r = np.concatenate(rows); c = np.concatenate(cols); v = np.concatenate(vals)
     order = np.lexsort((r, c))
@@ -218,7 +219,7 @@ def solve_market(inp: MarketInput, *, breakpoints, log_zero: float, integer: boo
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = ncol, nrow
     lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, lo, hi
-    lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+    lp.row_lower_, lp.row_upper_ = row_lower, row_upper
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_ = start.astype(np.int32)
     lp.a_matrix_.index_ = r.astype(np.int32)
@@ -288,7 +289,7 @@ def lp_rounding(n_lp: np.ndarray, a: np.ndarray, f: np.ndarray, gang: np.ndarray
                 capacity: int) -> np.ndarray:
     """Round an LP solution's rounds to integers within the capacity: round up what the planned
     progress needs, then take rounds back from the jobs with the most slack until it fits."""
-    n_int = np.ceil(np.minimum(n_lp, a * f) - 1e-6).clip(min=0)
+    n_int: np.ndarray = np.ceil(np.minimum(n_lp, a * f) - 1e-6).clip(min=0)
     over = float(np.dot(gang, n_int)) - capacity
     if over > 0:
         frac = n_int - np.minimum(n_lp, a * f)      # rounding-up excess per job

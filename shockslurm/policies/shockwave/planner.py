@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class Shockwave:
 
     name = "shockwave"
 
-    def __init__(self, config: ShockwaveConfig | None = None, **overrides) -> None:
+    def __init__(self, config: ShockwaveConfig | None = None, **overrides: Any) -> None:
         base = config or ShockwaveConfig()
         if overrides:
             base = ShockwaveConfig(**{**base.__dict__, **overrides})
@@ -116,7 +116,7 @@ class Shockwave:
         resolve = (self.last_solve_round is None or bool(arrived) or bool(left)
                    or snapshot.round_index - self.last_solve_round >= cfg.resolve_every
                    or not 0 <= offset < len(self.plan))
-        info: dict = {"resolved": resolve, "solve_s": 0.0, "status": "replay",
+        info: dict[str, Any] = {"resolved": resolve, "solve_s": 0.0, "status": "replay",
                       "objective": float("nan"), "relaxed": False}
         if resolve:
             info.update(self._resolve(snapshot, fc, update_series=bool(arrived or left)
@@ -127,7 +127,7 @@ class Shockwave:
                else (lambda j: -fc[j].remaining_s))
         return RoundPlan(frozenset(self._fill(snapshot, chosen, key)), info)
 
-    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]):
+    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]) -> Callable[[int], float]:
         N = len(snap.jobs)
         share = min(1.0, snap.gpus / N)
 
@@ -140,7 +140,8 @@ class Shockwave:
         return key
 
     # ------------------------------------------------------------------ one re-solve
-    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], update_series: bool) -> dict:
+    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], update_series: bool
+                 ) -> dict[str, Any]:
         cfg = self.config
         t0 = time.perf_counter()
         views = snap.jobs
@@ -180,7 +181,7 @@ class Shockwave:
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
-        def run(priority, f_lower) -> MarketResult:
+        def run(priority: np.ndarray, f_lower: np.ndarray) -> MarketResult:
             return solve_market(MarketInput(priority=priority, f_lower=f_lower, **base),
                                 breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
                                 integer=integer, gap=cfg.solver_gap,
@@ -209,7 +210,8 @@ class Shockwave:
             # short whole-cluster job behind one 1-GPU job planned for the window starved for
             # two hours on the built-in workload). Then the jobs planned for every window round
             # (placed late they would find the rounds fragmented), then by priority.
-            full = res.rounds >= T
+            assert res.rounds is not None          # a solution has its rounds
+            full: np.ndarray = res.rounds >= T
             crowded = behind & (gang > snap.gpus - int(gang[full].sum()))
             order = sorted(range(N), key=lambda i: (not crowded[i], not full[i], -prio[i],
                                                     -rho[i], ids[i]))
@@ -235,7 +237,7 @@ class Shockwave:
 
     # ------------------------------------------------------------------ work conservation
     @staticmethod
-    def _fill(snap: Snapshot, chosen: list[int], key) -> list[int]:
+    def _fill(snap: Snapshot, chosen: list[int], key: Callable[[int], float]) -> list[int]:
         """The plan's jobs that can be placed (running ones where they run), then idle GPUs to
         others in `key` order while a gang can still be placed."""
         gang = {v.job_id: v.gang_size for v in snap.jobs}

@@ -19,6 +19,8 @@ def run_migrations_online() -> None:
     connection = context.config.attributes.get("connection")
     if connection is None:  # the `alembic` command line, pointed at a URL in the config
         url = context.config.get_main_option("sqlalchemy.url")
+        if url is None:
+            raise RuntimeError("alembic: no connection given and no sqlalchemy.url configured")
         with create_engine(url).begin() as conn:
             context.configure(connection=conn, target_metadata=target_metadata,
                               render_as_batch=True)

@@ -1,0 +1,84 @@
+"""`shockslurm daemon` as a process, without Slurm on PATH (no test cluster needed): `--once`
+exits non-zero when its round could not read Slurm, and its log lines carry syslog priorities
+under journald and are JSON only in JSON mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _once(tmp_path: Path, extra: str = "", env: dict[str, str] | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "d.toml"
+    config.write_text(f'[daemon]\ndb = "{tmp_path / "s.db"}"\nbackend = "cli"\n'
+                      f'metrics_port = 0\nround_seconds = 5\n{extra}')
+    empty = tmp_path / "bin"            # a PATH without squeue: Slurm cannot be read
+    empty.mkdir(exist_ok=True)
+    full_env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    full_env.update(PATH=str(empty), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "shockslurm.cli.main", "daemon", "--once",
+                           "--config", str(config)], capture_output=True, text=True,
+                          env=full_env, timeout=120)
+
+
+def test_once_fails_when_slurm_cannot_be_read(tmp_path):
+    out = _once(tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "--once: the round did not run: Slurm could not be read" in out.stderr
+    assert "Slurm command not found: squeue" in out.stdout
+    # outside journald: a timestamp, no priority prefix
+    assert out.stdout.startswith("20") and "<3>" not in out.stdout
+
+
+def test_journald_lines_carry_their_priority(tmp_path):
+    out = _once(tmp_path, env={"JOURNAL_STREAM": "8:12345"})
+    lines = out.stdout.splitlines()
+    assert lines and all(line[:3] in ("<3>", "<4>", "<6>") for line in lines), lines
+    errors = [line for line in lines if line.startswith("<3>")]
+    assert len(errors) == 1 and "Slurm cannot be read" in errors[0]
+    assert any(line.startswith("<6>shockslurm INFO") for line in lines)   # no timestamp
+    forced_off = _once(tmp_path, 'journald = "no"\n', env={"JOURNAL_STREAM": "8:12345"})
+    assert "<3>" not in forced_off.stdout and forced_off.returncode == 1
+
+
+def test_json_mode_emits_only_json(tmp_path):
+    out = _once(tmp_path, 'log_format = "json"\n')
+    lines = out.stdout.splitlines()
+    records = [json.loads(line) for line in lines]       # every line is JSON
+    assert {"INFO", "ERROR"} <= {r["level"] for r in records}
+    assert out.returncode == 1
+
+
+def test_every_logger_and_warning_goes_through_the_format():
+    import io
+    import logging
+    import warnings
+
+    from shockslurm.ops import logsetup
+
+    stream = io.StringIO()
+    logsetup.configure("json", stream=stream)
+    try:
+        logging.getLogger("sqlalchemy.pool").warning("a library's warning")
+        logging.getLogger("sqlalchemy.pool").info("below WARNING: dropped")
+        warnings.warn("a Python warning", UserWarning, stacklevel=1)
+        logsetup.configure("text", journald="yes")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("shockslurm.daemon").exception("failed")
+    finally:
+        logsetup.remove()
+    lines = stream.getvalue().splitlines()
+    first = [json.loads(line) for line in lines[:2]]
+    assert [(r["logger"], r["level"]) for r in first] == [("sqlalchemy.pool", "WARNING"),
+                                                         ("py.warnings", "WARNING")]
+    assert "a Python warning" in first[1]["msg"]
+    rest = lines[2:]
+    assert rest[0] == "<3>shockslurm ERROR shockslurm.daemon: failed"
+    assert len(rest) > 2 and all(line.startswith("<3>") for line in rest)   # the traceback too
+    assert rest[-1] == "<3>ValueError: boom"

@@ -1,0 +1,56 @@
+"""Output options into a place that cannot be written stop the command before any work, with an
+error naming the option (`report --db` on a missing store: tests/test_report.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from shockslurm.cli.main import cli
+
+
+@pytest.fixture()
+def blocker(tmp_path):
+    """A regular file: nothing can be created beneath it, not even by root."""
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    return path
+
+
+@pytest.mark.parametrize("args, option", [
+    (["simulate", "--policy", "fifo", "--json", "{bad}/out.json"], "--json"),
+    (["simulate", "--policy", "fifo", "--plot", "{bad}/plots"], "--plot"),
+    (["trace", "generate", "--jobs", "3", "--out", "{bad}/w.jsonl"], "--out"),
+    (["report", "--db", "{db}", "--out", "{bad}/plots"], "--out"),
+    (["bench", "switch-cost", "--seeds", "1", "--json", "{bad}/s.json"], "--json"),
+])
+def test_unwritable_output_fails_before_the_run(blocker, tmp_path, args, option):
+    args = [a.format(bad=blocker, db=tmp_path / "x.db") for a in args]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert "is not a directory" in result.output
+    assert isinstance(result.exception, SystemExit)      # a usage error, not a traceback
+    # nothing ran: no policy table was printed
+    assert "makespan" not in result.output
+
+
+def test_json_output_that_is_a_directory(tmp_path):
+    result = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--json", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "Invalid value for '--json'" in result.output and "is a directory" in result.output
+
+
+def test_writable_outputs_are_written(tmp_path):
+    out = tmp_path / "new-dir"          # created by --plot
+    result = CliRunner().invoke(cli, ["trace", "generate", "--jobs", "3",
+                                      "--out", str(tmp_path / "w.jsonl")])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(tmp_path / "w.jsonl"),
+                                      "--gpus", "4", "--policy", "fifo", "--no-progress",
+                                      "--json", str(tmp_path / "r.json"), "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["policy"] == "fifo"
+    assert any(out.glob("*.png"))
