@@ -17,9 +17,12 @@ Per round (`allocate`):
    what `placement` can place on the snapshot's nodes): jobs behind target
    that cannot fit beside the jobs planned for every round first, then those, then highest
    priority (then highest rho), each job on the earliest block of consecutive rounds with room for
-   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds).
+   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds). The
+   re-solve's `info` says what was lost: `planned_gpu_rounds` (sum of gang x rounds the market
+   chose) and `packed_gpu_rounds` (what `pack` laid out).
 5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
-   (running jobs where they run; a job that cannot be placed is trimmed), then idle GPUs go to
+   (running jobs where they run; a job that cannot be placed is trimmed: `info` has the round's
+   `plan_gpus` and the trimmed `plan_gpus_lost`), then idle GPUs go to
    unscheduled jobs, longest forecast remaining time first, first that can be placed.
 If the solver yields nothing in time the planner replays the last plan (finished jobs dropped)
 or, without one, schedules greedily by fairness ratio; it logs a warning either way.
@@ -77,6 +80,15 @@ def pack(order: list[int], rounds: dict[int, int], gang: dict[int, int], gpus: i
     return plan
 
 
+def plan_gpus_for_round(snap: Snapshot, chosen: list[int], run: list[int]) -> dict[str, int]:
+    """`plan_gpus`: GPUs of the jobs the stored plan lays in this round; `plan_gpus_lost`: those
+    of them that could not be placed and do not run (work conservation's trim)."""
+    gang = {v.job_id: v.gang_size for v in snap.jobs}
+    running = set(run)
+    return {"plan_gpus": sum(gang[j] for j in chosen),
+            "plan_gpus_lost": sum(gang[j] for j in chosen if j not in running)}
+
+
 class Shockwave:
     """Shockwave (NSDI'23): a volatile Fisher market over a window of future rounds."""
 
@@ -125,7 +137,9 @@ class Shockwave:
         chosen = [j for j in self.plan[offset] if j in ids] if 0 <= offset < len(self.plan) else []
         key = (self._rho_key(snapshot, fc) if cfg.fill_order == "rho"
                else (lambda j: -fc[j].remaining_s))
-        return RoundPlan(frozenset(self._fill(snapshot, chosen, key)), info)
+        run = self._fill(snapshot, chosen, key)
+        info.update(plan_gpus_for_round(snapshot, chosen, run))
+        return RoundPlan(frozenset(run), info)
 
     def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]):
         N = len(snap.jobs)
@@ -202,6 +216,7 @@ class Shockwave:
             res = run(prio, np.zeros(N))
         status = res.status
         ids = [v.job_id for v in views]
+        packing: dict[str, int] = {}
         if res.ok:
             # Jobs behind their fairness target whose gang cannot fit beside the jobs planned
             # for every window round come before those: placed after them they would find
@@ -214,10 +229,12 @@ class Shockwave:
             order = sorted(range(N), key=lambda i: (not crowded[i], not full[i], -prio[i],
                                                     -rho[i], ids[i]))
             rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
-            self.plan = pack([ids[i] for i in order], rounds,
-                             {v.job_id: v.gang_size for v in views}, snap.gpus, T,
+            gangs = {v.job_id: v.gang_size for v in views}
+            self.plan = pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
                              nodes=snap.nodes)
             self.plan_round = snap.round_index
+            packing = {"planned_gpu_rounds": int(np.dot(gang, res.rounds)),
+                       "packed_gpu_rounds": sum(gangs[j] for r in self.plan for j in r)}
         else:
             status = f"fallback:{status}"
             offset = snap.round_index - self.plan_round
@@ -231,7 +248,7 @@ class Shockwave:
         self.last_solve_round = snap.round_index
         self.solves += 1
         return {"resolved": True, "solve_s": time.perf_counter() - t0, "status": status,
-                "objective": res.objective, "relaxed": relaxed}
+                "objective": res.objective, "relaxed": relaxed, **packing}
 
     # ------------------------------------------------------------------ work conservation
     @staticmethod
