@@ -35,6 +35,18 @@ def test_plan_respects_capacity_and_gangs_in_every_round():
     assert all(v.gang_size > idle for v in waiting)
 
 
+def test_resolve_reports_planned_packed_and_trimmed_gpu_rounds():
+    snap = synthetic_snapshot(120, 32, seed=1)
+    pol = Shockwave()
+    info = pol.allocate(snap).info
+    gang = {v.job_id: v.gang_size for v in snap.jobs}
+    packed = sum(gang[j] for rnd in pol.plan for j in rnd)
+    assert info["packed_gpu_rounds"] == packed
+    assert packed <= info["planned_gpu_rounds"] <= snap.gpus * pol.config.future_rounds
+    assert info["plan_gpus"] == sum(gang[j] for j in pol.plan[0])
+    assert 0 <= info["plan_gpus_lost"] <= info["plan_gpus"]
+
+
 def test_pack_places_full_window_jobs_and_blocks():
     plan = pack([1, 2, 3], {1: 3, 2: 2, 3: 1}, {1: 2, 2: 2, 3: 4}, gpus=4, horizon=3)
     assert [sorted(r) for r in plan] == [[1, 2], [1, 2], [1]]
