@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from shockslurm.cli.main import cli
 from shockslurm.policies import REGISTRY
-from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, parse_sizes,
-                                    placement_loss, ratio, ratio_table, resolve_times,
+from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, objective_drop,
+                                    parse_sizes, placement_loss, ratio, ratio_table, resolve_times,
                                     size_summary, sim_config)
 from shockslurm.sim.run import RoundRecord
 
@@ -27,7 +27,7 @@ def row(policy: str, seed: int, gate: str = UNGATED, size: str = "10/4", **metri
         ) -> dict[str, Any]:
     base = {"makespan_s": 100.0, "avg_jct_s": 50.0, "worst_rho": 2.0, "unfair_fraction": 0.1,
             "resolve_median_s": 0.1, "resolve_max_s": 0.2, "pack_loss": 0.0,
-            "round_loss": 0.0, "placement_loss": 0.0, "fallbacks": 0}
+            "round_loss": 0.0, "placement_loss": 0.0, "fallbacks": 0, "objective_drop": 0.0}
     return {"size": size, "seed": seed, "policy": policy, "gate": gate, **base, **metrics}
 
 
@@ -78,6 +78,16 @@ def test_placement_loss_of_a_baseline_counts_unplaced_jobs_against_its_allocatio
     loss = placement_loss(rounds, {2: 4})
     assert loss == {"pack_loss": 0.0, "round_loss": pytest.approx(4 / 16),
                     "placement_loss": pytest.approx(4 / 16)}
+
+
+def test_objective_drop_is_the_median_relative_loss_of_the_placed_plan() -> None:
+    rounds = [rec({"objective": -2.0, "objective_placed": -2.2}),
+              rec({"objective": -1.0, "objective_placed": -1.0}),
+              rec({"objective": -4.0, "objective_placed": -5.0}),
+              rec({"objective": float("nan"), "objective_placed": -1.0}),
+              rec({"resolved": False})]
+    assert objective_drop(rounds) == pytest.approx(0.10)
+    assert objective_drop([rec({})]) == 0.0
 
 
 def test_ratio_is_baseline_over_reference_with_zero_handled() -> None:

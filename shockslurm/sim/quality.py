@@ -26,6 +26,9 @@ Definitions:
   not run (trimmed by the policy's work conservation, or left `unplaced` by the round loop's
   placement) / GPUs of the round's plan, summed over rounds (for a baseline: its allocation as
   planned, before placement). `placement_loss = 1 - (1 - pack_loss)(1 - round_loss)`.
+- **Objective drop**: the median over Shockwave's re-solves of
+  `(objective - objective_placed) / |objective|`: how much worse the market's objective scores
+  with each job's progress cut to the rounds `pack` gave it.
 """
 
 from __future__ import annotations
@@ -158,6 +161,17 @@ def placement_loss(rounds: Iterable[RoundRecord], gangs: Mapping[int, int]) -> d
     return {"pack_loss": pack, "round_loss": trim, "placement_loss": 1 - (1 - pack) * (1 - trim)}
 
 
+def objective_drop(rounds: Iterable[RoundRecord]) -> float:
+    """Median over Shockwave's re-solves of how much worse the plan scores as `pack` laid it out
+    than as the solver chose it: `(objective - objective_placed) / |objective|` (0 without
+    re-solves that report both)."""
+    drops = [(float(r.info["objective"]) - float(r.info["objective_placed"]))
+             / abs(float(r.info["objective"]))
+             for r in rounds if "objective_placed" in r.info
+             and math.isfinite(float(r.info["objective"])) and float(r.info["objective"]) != 0]
+    return statistics.median(drops) if drops else 0.0
+
+
 def run_row(case: Case, result: SimResult, gangs: Mapping[int, int]) -> Row:
     """One simulation as a plain row: the case, its metrics, re-solve times, placement loss."""
     metrics = result.as_dict()
@@ -171,6 +185,7 @@ def run_row(case: Case, result: SimResult, gangs: Mapping[int, int]) -> Row:
             "resolve_median_s": statistics.median(times) if times else 0.0,
             "resolve_max_s": max(times, default=0.0),
             "fallbacks": fallbacks,
+            "objective_drop": objective_drop(result.rounds),
             **placement_loss(result.rounds, gangs)}
 
 
@@ -218,6 +233,7 @@ def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
                     "round_loss": statistics.median(r["round_loss"] for r in group),
                     "placement_loss": statistics.median(r["placement_loss"] for r in group),
                     "placement_loss_max": max(r["placement_loss"] for r in group),
+                    "objective_drop": statistics.median(r["objective_drop"] for r in group),
                     "fallbacks": sum(r["fallbacks"] for r in group)})
     return out
 

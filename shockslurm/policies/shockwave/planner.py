@@ -19,7 +19,9 @@ Per round (`allocate`):
    priority (then highest rho), each job on the earliest block of consecutive rounds with room for
    its gang, else on the earliest rounds with room (jobs that do not fit lose rounds). The
    re-solve's `info` says what was lost: `planned_gpu_rounds` (sum of gang x rounds the market
-   chose) and `packed_gpu_rounds` (what `pack` laid out).
+   chose), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
+   objective with each job's progress cut to the rounds it was given (`objective` is the
+   solver's, before packing).
 5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
    (running jobs where they run; a job that cannot be placed is trimmed: `info` has the round's
    `plan_gpus` and the trimmed `plan_gpus_lost`), then idle GPUs go to
@@ -40,7 +42,7 @@ from ...forecast import Forecast, ForecastState, forecast
 from ...model import Node, RoundPlan, Snapshot, pool
 from ...placement import NodeBook
 from .config import ShockwaveConfig
-from .market import MarketInput, MarketResult, solve_market
+from .market import MarketInput, MarketResult, placed_objective, solve_market
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +196,11 @@ class Shockwave:
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
+        inputs: list[MarketInput] = []
+
         def run(priority, f_lower) -> MarketResult:
-            return solve_market(MarketInput(priority=priority, f_lower=f_lower, **base),
+            inputs.append(MarketInput(priority=priority, f_lower=f_lower, **base))
+            return solve_market(inputs[-1],
                                 breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
                                 integer=integer, gap=cfg.solver_gap,
                                 time_limit_s=deadline - time.perf_counter(),
@@ -216,8 +221,9 @@ class Shockwave:
             res = run(prio, np.zeros(N))
         status = res.status
         ids = [v.job_id for v in views]
-        packing: dict[str, int] = {}
+        packing: dict[str, float] = {}
         if res.ok:
+            assert res.rounds is not None and res.progress is not None   # what ok means
             # Jobs behind their fairness target whose gang cannot fit beside the jobs planned
             # for every window round come before those: placed after them they would find
             # every round short of GPUs and lose all their rounds, re-solve after re-solve (a
@@ -233,8 +239,16 @@ class Shockwave:
             self.plan = pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
                              nodes=snap.nodes)
             self.plan_round = snap.round_index
+            placed = np.zeros(N)
+            index = {j: i for i, j in enumerate(ids)}
+            for rnd in self.plan:
+                for j in rnd:
+                    placed[index[j]] += 1
             packing = {"planned_gpu_rounds": int(np.dot(gang, res.rounds)),
-                       "packed_gpu_rounds": sum(gangs[j] for r in self.plan for j in r)}
+                       "packed_gpu_rounds": int(np.dot(gang, placed)),
+                       "objective_placed": placed_objective(
+                           inputs[-1], res.progress, placed, breakpoints=cfg.log_breakpoints,
+                           log_zero=cfg.log_zero)}
         else:
             status = f"fallback:{status}"
             offset = snap.round_index - self.plan_round
