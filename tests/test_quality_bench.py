@@ -136,7 +136,8 @@ def test_frontier_points_label_gates() -> None:
                                              ("max_min_fairness (nogate)", 12.0, 3.0)]
 
 
-def test_bench_quality_runs_a_tiny_matrix_end_to_end(tmp_path: Path) -> None:
+def test_bench_quality_runs_a_tiny_matrix_end_to_end_and_the_same_in_a_process_pool(
+        tmp_path: Path) -> None:
     out, plots = tmp_path / "q.json", tmp_path / "plots"
     result = CliRunner().invoke(cli, ["bench", "quality", "--sizes", "12/4", "--seeds", "2",
                                       "--policies", "max_min_fairness,fifo", "--json",
@@ -151,8 +152,8 @@ def test_bench_quality_runs_a_tiny_matrix_end_to_end(tmp_path: Path) -> None:
     assert 0.0 <= summary["placement_loss"] < 1.0
     assert (plots / "quality-12x4.png").stat().st_size > 1000
     again = CliRunner().invoke(cli, ["bench", "quality", "--sizes", "12/4", "--seeds", "2",
-                                     "--policies", "max_min_fairness,fifo", "--json",
-                                     str(tmp_path / "again.json")])
+                                     "--policies", "max_min_fairness,fifo", "--workers", "2",
+                                     "--json", str(tmp_path / "again.json")])
     assert again.exit_code == 0, again.output
     strip = ("resolve_median_s", "resolve_max_s", "sim_wall_s")
     runs = [{k: v for k, v in r.items() if k not in strip} for r in doc["runs"]]
