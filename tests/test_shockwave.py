@@ -55,9 +55,9 @@ def test_placed_objective_charges_the_rounds_a_job_did_not_get():
     from shockslurm.policies.shockwave.market import (MarketInput, market_objective,
                                                       placed_objective)
 
-    inp = MarketInput(gang=np.array([1, 1]), frac_done=np.zeros(2), full_rounds=np.array([4.0, 4.0]),
-                      remaining_rounds=np.array([4.0, 4.0]), priority=np.ones(2),
-                      f_lower=np.zeros(2), gpus=1, rounds=4, k_round=0.1)
+    inp = MarketInput(gang=np.array([1, 1]), frac_done=np.zeros(2),
+                      full_rounds=np.array([4.0, 4.0]), remaining_rounds=np.array([4.0, 4.0]),
+                      priority=np.ones(2), f_lower=np.zeros(2), gpus=1, rounds=4, k_round=0.1)
     cfg = ShockwaveConfig()
     progress = np.array([0.5, 0.5])          # 2 rounds each
     kw = {"breakpoints": cfg.log_breakpoints, "log_zero": cfg.log_zero}

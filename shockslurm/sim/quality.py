@@ -113,8 +113,8 @@ def cases(sizes: Sequence[tuple[int, int]], seeds: Sequence[int], policies: Sequ
 
 def workload(jobs: int, gpus: int, seed: int, table: Throughputs) -> list[JobSpec]:
     """The reference-like workload of one size and seed, at the 120-job trace's load per GPU."""
-    config = ReferenceLikeConfig(jobs=jobs, seed=seed,
-                                 mean_interarrival_s=REFERENCE_INTERARRIVAL_S * REFERENCE_GPUS / gpus)
+    gap_s = REFERENCE_INTERARRIVAL_S * REFERENCE_GPUS / gpus
+    config = ReferenceLikeConfig(jobs=jobs, seed=seed, mean_interarrival_s=gap_s)
     drawn = generate_reference_like(config, table)
     return reference_jobs([d.line for d in drawn], table, f"reference-like {jobs} jobs seed {seed}")
 
