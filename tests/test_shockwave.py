@@ -35,6 +35,39 @@ def test_plan_respects_capacity_and_gangs_in_every_round():
     assert all(v.gang_size > idle for v in waiting)
 
 
+def test_resolve_reports_planned_packed_and_trimmed_gpu_rounds():
+    snap = synthetic_snapshot(120, 32, seed=1)
+    pol = Shockwave()
+    info = pol.allocate(snap).info
+    gang = {v.job_id: v.gang_size for v in snap.jobs}
+    packed = sum(gang[j] for rnd in pol.plan for j in rnd)
+    assert info["packed_gpu_rounds"] == packed
+    assert packed <= info["planned_gpu_rounds"] <= snap.gpus * pol.config.future_rounds
+    assert info["plan_gpus"] == sum(gang[j] for j in pol.plan[0])
+    assert 0 <= info["plan_gpus_lost"] <= info["plan_gpus"]
+    # scored as laid out, the plan is never better than as the solver chose it
+    assert info["objective_placed"] <= info["objective"] + 1e-9
+
+
+def test_placed_objective_charges_the_rounds_a_job_did_not_get():
+    import numpy as np
+
+    from shockslurm.policies.shockwave.market import (MarketInput, market_objective,
+                                                      placed_objective)
+
+    inp = MarketInput(gang=np.array([1, 1]), frac_done=np.zeros(2),
+                      full_rounds=np.array([4.0, 4.0]), remaining_rounds=np.array([4.0, 4.0]),
+                      priority=np.ones(2), f_lower=np.zeros(2), gpus=1, rounds=4, k_round=0.1)
+    cfg = ShockwaveConfig()
+    progress = np.array([0.5, 0.5])          # 2 rounds each
+    kw = {"breakpoints": cfg.log_breakpoints, "log_zero": cfg.log_zero}
+    full = market_objective(inp, progress, **kw)
+    assert placed_objective(inp, progress, np.array([2, 2]), **kw) == pytest.approx(full)
+    short = placed_objective(inp, progress, np.array([2, 1]), **kw)
+    assert short < full
+    assert short == pytest.approx(market_objective(inp, np.array([0.5, 0.25]), **kw))
+
+
 def test_pack_places_full_window_jobs_and_blocks():
     plan = pack([1, 2, 3], {1: 3, 2: 2, 3: 1}, {1: 2, 2: 2, 3: 4}, gpus=4, horizon=3)
     assert [sorted(r) for r in plan] == [[1, 2], [1, 2], [1]]

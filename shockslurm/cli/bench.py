@@ -178,3 +178,8 @@ def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | Non
     click.echo(text)
     if json_out is not None:
         json_out.write_text(text + "\n")
+
+
+from .bench_quality import quality_cmd  # noqa: E402  (after the group it joins)
+
+bench_group.add_command(quality_cmd)

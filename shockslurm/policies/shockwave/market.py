@@ -24,7 +24,8 @@ With `a_j = E_j dbar_j / L` (rounds to run the whole job at the past-average epo
 
     minimise   - sum_j prio_j u_j  +  k L N T M           (= N T x the reference's objective)
 
-The reported objective is in the reference's scale: sum_j prio_j u_j / (N T) - k max_j r_j.
+The reported objective is in the reference's scale: sum_j prio_j u_j / (N T) - k max_j r_j
+(minus the tail term when it is on); `placed_objective` scores the plan as `pack` laid it out.
 
 Deterministic: the same input gives the same plan on any machine load. HiGHS runs on one thread
 with a fixed random seed, and a *work* limit, not the clock, ends a long integer program. Work is
@@ -279,10 +280,36 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
     need = np.ceil(a * f - 1e-6)
     rounds_ = np.minimum(rounds_, np.maximum(need, 0)).astype(int)
     f = np.minimum(f, rounds_ / a)
-    u = np.min(vk[:, None] + sk[:, None] * (inp.frac_done + f - bk[:, None]), axis=0)
-    mk = max(0.0, float(np.max(inp.remaining_rounds - a * f)))
-    obj = float(np.sum(inp.priority * u)) / (n * T) - inp.k_round * mk
+    obj = market_objective(inp, f, breakpoints=breakpoints, log_zero=log_zero)
     return MarketResult(status, rounds_, f, obj, elapsed)
+
+
+def market_objective(inp: MarketInput, progress: np.ndarray, *, breakpoints: Sequence[float],
+                     log_zero: float) -> float:
+    """The program's objective in the reference's scale for planned progress `progress` (f_j):
+    `sum_j prio_j u_j / (N T) - k L max_j r_j / L`, minus the tail term
+    `tail_weight k L sum_j max(0, r_j / L - drain)` when it is on."""
+    n, T = len(inp.gang), inp.rounds
+    if n == 0:
+        return 0.0
+    bk, vk, sk = segments(breakpoints, log_zero)
+    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    u = np.min(vk[:, None] + sk[:, None] * (inp.frac_done + progress - bk[:, None]), axis=0)
+    left = inp.remaining_rounds - a * progress
+    obj = float(np.sum(inp.priority * u)) / (n * T) - inp.k_round * max(0.0, float(np.max(left)))
+    if inp.tail_weight > 0:
+        tail = float(np.sum(np.maximum(0.0, left - inp.drain_rounds)))
+        obj -= inp.tail_weight * inp.k_round * tail
+    return obj
+
+
+def placed_objective(inp: MarketInput, progress: np.ndarray, placed_rounds: np.ndarray, *,
+                     breakpoints: Sequence[float], log_zero: float) -> float:
+    """`market_objective` of the plan as laid out: each job's planned progress cut to what the
+    rounds it was given (`placed_rounds`, e.g. after `planner.pack`) allow."""
+    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    return market_objective(inp, np.minimum(progress, placed_rounds / a),
+                            breakpoints=breakpoints, log_zero=log_zero)
 
 
 def lp_rounding(n_lp: np.ndarray, a: np.ndarray, f: np.ndarray, gang: np.ndarray,

@@ -17,9 +17,14 @@ Per round (`allocate`):
    what `placement` can place on the snapshot's nodes): jobs behind target
    that cannot fit beside the jobs planned for every round first, then those, then highest
    priority (then highest rho), each job on the earliest block of consecutive rounds with room for
-   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds).
+   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds). The
+   re-solve's `info` says what was lost: `planned_gpu_rounds` (sum of gang x rounds the market
+   chose), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
+   objective with each job's progress cut to the rounds it was given (`objective` is the
+   solver's, before packing).
 5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
-   (running jobs where they run; a job that cannot be placed is trimmed), then idle GPUs go to
+   (running jobs where they run; a job that cannot be placed is trimmed: `info` has the round's
+   `plan_gpus` and the trimmed `plan_gpus_lost`), then idle GPUs go to
    unscheduled jobs, longest forecast remaining time first, first that can be placed.
 If the solver yields nothing in time the planner replays the last plan (finished jobs dropped)
 or, without one, schedules greedily by fairness ratio; it logs a warning either way.
@@ -37,7 +42,7 @@ from ...forecast import Forecast, ForecastState, forecast
 from ...model import Node, RoundPlan, Snapshot, pool
 from ...placement import NodeBook
 from .config import ShockwaveConfig
-from .market import MarketInput, MarketResult, solve_market
+from .market import MarketInput, MarketResult, placed_objective, solve_market
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +80,15 @@ def pack(order: list[int], rounds: dict[int, int], gang: dict[int, int], gpus: i
             books[int(t)].take(gang[j])
             plan[int(t)].append(j)
     return plan
+
+
+def plan_gpus_for_round(snap: Snapshot, chosen: list[int], run: list[int]) -> dict[str, int]:
+    """`plan_gpus`: GPUs of the jobs the stored plan lays in this round; `plan_gpus_lost`: those
+    of them that could not be placed and do not run (work conservation's trim)."""
+    gang = {v.job_id: v.gang_size for v in snap.jobs}
+    running = set(run)
+    return {"plan_gpus": sum(gang[j] for j in chosen),
+            "plan_gpus_lost": sum(gang[j] for j in chosen if j not in running)}
 
 
 class Shockwave:
@@ -125,7 +139,9 @@ class Shockwave:
         chosen = [j for j in self.plan[offset] if j in ids] if 0 <= offset < len(self.plan) else []
         key = (self._rho_key(snapshot, fc) if cfg.fill_order == "rho"
                else (lambda j: -fc[j].remaining_s))
-        return RoundPlan(frozenset(self._fill(snapshot, chosen, key)), info)
+        run = self._fill(snapshot, chosen, key)
+        info.update(plan_gpus_for_round(snapshot, chosen, run))
+        return RoundPlan(frozenset(run), info)
 
     def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]) -> Callable[[int], float]:
         N = len(snap.jobs)
@@ -181,8 +197,11 @@ class Shockwave:
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
+        inputs: list[MarketInput] = []
+
         def run(priority: np.ndarray, f_lower: np.ndarray) -> MarketResult:
-            return solve_market(MarketInput(priority=priority, f_lower=f_lower, **base),
+            inputs.append(MarketInput(priority=priority, f_lower=f_lower, **base))
+            return solve_market(inputs[-1],
                                 breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
                                 integer=integer, gap=cfg.solver_gap,
                                 time_limit_s=deadline - time.perf_counter(),
@@ -203,7 +222,9 @@ class Shockwave:
             res = run(prio, np.zeros(N))
         status = res.status
         ids = [v.job_id for v in views]
+        packing: dict[str, float] = {}
         if res.ok:
+            assert res.rounds is not None and res.progress is not None   # what ok means
             # Jobs behind their fairness target whose gang cannot fit beside the jobs planned
             # for every window round come before those: placed after them they would find
             # every round short of GPUs and lose all their rounds, re-solve after re-solve (a
@@ -216,10 +237,20 @@ class Shockwave:
             order = sorted(range(N), key=lambda i: (not crowded[i], not full[i], -prio[i],
                                                     -rho[i], ids[i]))
             rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
-            self.plan = pack([ids[i] for i in order], rounds,
-                             {v.job_id: v.gang_size for v in views}, snap.gpus, T,
+            gangs = {v.job_id: v.gang_size for v in views}
+            self.plan = pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
                              nodes=snap.nodes)
             self.plan_round = snap.round_index
+            placed = np.zeros(N)
+            index = {j: i for i, j in enumerate(ids)}
+            for rnd in self.plan:
+                for j in rnd:
+                    placed[index[j]] += 1
+            packing = {"planned_gpu_rounds": int(np.dot(gang, res.rounds)),
+                       "packed_gpu_rounds": int(np.dot(gang, placed)),
+                       "objective_placed": placed_objective(
+                           inputs[-1], res.progress, placed, breakpoints=cfg.log_breakpoints,
+                           log_zero=cfg.log_zero)}
         else:
             status = f"fallback:{status}"
             offset = snap.round_index - self.plan_round
@@ -233,7 +264,7 @@ class Shockwave:
         self.last_solve_round = snap.round_index
         self.solves += 1
         return {"resolved": True, "solve_s": time.perf_counter() - t0, "status": status,
-                "objective": res.objective, "relaxed": relaxed}
+                "objective": res.objective, "relaxed": relaxed, **packing}
 
     # ------------------------------------------------------------------ work conservation
     @staticmethod

@@ -1,0 +1,140 @@
+"""`shockslurm bench quality`: Shockwave against every baseline on reference-like workloads of
+several sizes, with and without the baselines' Gavel gate (`sim.quality` defines every number)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+
+from ..errors import ShockslurmError
+from ..policies import REGISTRY
+from ..sim.quality import (REFERENCE, SIZES, Row, cases, parse_sizes, quality_runs, ratio_table,
+                           size_label, size_summary, write_frontier_plots)
+from ..workload.reference import Throughputs, read_throughputs
+from ..workload.reference_like import catalogue_throughputs
+
+DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
+
+
+def _x(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}x"
+
+
+def format_tables(ratios: Sequence[Row], summary: Sequence[Row]) -> str:
+    """Per size: Shockwave's medians, re-solve times and placement loss, then each baseline's
+    median ratios (baseline / Shockwave: > 1 means Shockwave is better), as Markdown."""
+    lines: list[str] = []
+    for s in summary:
+        size = s["size"]
+        lines += [f"## {size} (jobs/GPUs), {s['seeds']} seeds",
+                  f"shockwave medians: makespan {s['makespan_s']:,.0f} s, avg JCT "
+                  f"{s['avg_jct_s']:,.0f} s, worst rho {s['worst_rho']:.2f}, unfair "
+                  f"{s['unfair_fraction']:.1%}; re-solve median {s['resolve_median_s']:.3f} s, "
+                  f"max {s['resolve_max_s']:.2f} s; placement loss median "
+                  f"{s['placement_loss']:.2%} (pack {s['pack_loss']:.2%}, round "
+                  f"{s['round_loss']:.2%}), max {s['placement_loss_max']:.2%}; objective "
+                  f"as placed {s['objective_drop']:.1%} below the solver's; "
+                  f"fallbacks {s['fallbacks']}",
+                  "",
+                  "| policy | gate | makespan | avg JCT | worst rho | unfair | unfair (theirs) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in ratios:
+            if r["size"] == size:
+                lines.append(f"| {r['policy']} | {r['gate']} | {_x(r['makespan_s_ratio'])} | "
+                             f"{_x(r['avg_jct_s_ratio'])} | {_x(r['worst_rho_ratio'])} | "
+                             f"{_x(r['unfair_fraction_ratio'])} | {r['unfair_fraction']:.1%} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: `inf` ratios are written as the string "inf"."""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _policy_list(value: str) -> list[str]:
+    names = [p.strip() for p in value.split(",") if p.strip()]
+    unknown = [p for p in names if p not in REGISTRY]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
+                                 f"{', '.join(REGISTRY)}", param_hint="--policies")
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)      # every ratio is against it
+    return names
+
+
+def _table(throughputs: Path | None) -> Throughputs:
+    if throughputs is None:
+        click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
+                   "throughput model, not the reference's measured throughputs", err=True)
+        return catalogue_throughputs()
+    return read_throughputs(throughputs)
+
+
+@click.command("quality")
+@click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The reference's throughput JSON (e.g. ../shared/data/shockwave-120/"
+                   "throughputs-tacc.json); default: the built-in catalogue's model.")
+@click.option("--sizes", default=DEFAULT_SIZES, show_default=True,
+              help="JOBS/GPUS pairs, comma-separated.")
+@click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Workloads per size (seeds 1..N).")
+@click.option("--policies", default=",".join(REGISTRY), show_default=True,
+              help="Policies, comma-separated (shockwave is always added).")
+@click.option("--node-gpus", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Split the GPUs into nodes of this many (0: one pool).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Simulations at once (a process pool; results are the same, the solve times "
+                   "are not comparable with a sequential run's).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write every run, the ratios and the per-size summary to this JSON file.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write a frontier plot (makespan vs worst rho) per size into this folder.")
+def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str, node_gpus: int,
+                workers: int, json_out: Path | None, plot_dir: Path | None) -> None:
+    """Shockwave against every baseline on reference-like workloads (contended: the 120-job
+    trace's load per GPU), the baselines with and without the Gavel gate: median ratios per
+    size, re-solve times and placement loss, as Markdown (JSON with --json)."""
+    try:
+        size_list = parse_sizes(sizes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    if node_gpus and any(g % node_gpus for _, g in size_list if g > node_gpus):
+        raise click.BadParameter(f"every size's GPUs must split into nodes of {node_gpus}",
+                                 param_hint="--node-gpus")
+    names = _policy_list(policies)
+    try:
+        table = _table(throughputs)
+        matrix = cases(size_list, range(1, seeds + 1), names,
+                       gated=lambda p: REGISTRY[p].gavel, node_gpus=node_gpus)
+        rows = quality_runs(matrix, table, workers=workers,
+                            progress=lambda m: click.echo(m, err=True))
+    except (ShockslurmError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    ratios, summary = ratio_table(rows), size_summary(rows)
+    click.echo(format_tables(ratios, summary))
+    if json_out is not None:
+        document = {"sizes": [size_label(j, g) for j, g in size_list], "seeds": seeds,
+                    "policies": names, "node_gpus": node_gpus,
+                    "throughputs": str(throughputs) if throughputs else "catalogue",
+                    "summary": summary, "ratios": ratios, "runs": rows}
+        try:
+            json_out.write_text(json.dumps(_finite(document), indent=2) + "\n")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {json_out}: {exc}") from None
+    if plot_dir is not None:
+        try:
+            for path in write_frontier_plots(rows, plot_dir):
+                click.echo(f"wrote {path}", err=True)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write plots to {plot_dir}: {exc}") from None
