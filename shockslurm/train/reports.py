@@ -11,10 +11,11 @@ Where they go (`reporter_from_env`, rank 0 only):
   file per report there (`SpoolSink`), which the daemon ingests (`shockslurm.reports.ingest`);
 - else the site's spool, `[daemon] spool_dir` of the daemon's configuration file
   (`$SHOCKSLURM_CONFIG`, else /etc/shockslurm/shockslurm.toml; `shockslurm.siteconfig`), so a
-  plain `sbatch` job reports too (it must exist: the admin makes it, mode 1733);
+  plain `sbatch` job's reports reach the spool too (it must exist: the admin makes it, mode
+  1733; the daemon keeps reports only of jobs registered in the store, `shocksub --db`);
 - else nowhere (`Reporter(None)` keeps only counters).
-A job (`$SLURM_JOB_ID` or `$SHOCKSLURM_JOB_PK` set) that cannot report says so once per run in its log
-(a warning on stderr unless logging is configured otherwise) with the reason: no spool
+A job (`$SLURM_JOB_ID` or `$SHOCKSLURM_JOB_PK` set) that cannot report says so once per run in
+its log (a warning on stderr unless logging is configured otherwise) with the reason: no spool
 configured, the spool missing or not writable, a site configuration that cannot be used; and
 that its reports go unsigned when it has no report secret (not submitted with shocksub).
 Training goes on either way.
@@ -237,8 +238,8 @@ def reporter_from_env(**kwargs: Any) -> Reporter:
                       "scheduler estimates its progress from its run time")
         elif not (kwargs.get("secret") or os.environ.get(SECRET_ENV)):
             _say_once(f"this job's progress reports go unsigned (no ${SECRET_ENV}: the job was "
-                      "not submitted with shocksub); the daemon refuses them unless its "
-                      "allow_unsigned_reports is on")
+                      "not submitted with shocksub): the daemon refuses them unless the job "
+                      "is registered without a report key and allow_unsigned_reports is on")
     return Reporter(sink, **kwargs)
 
 

@@ -117,8 +117,8 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
                           .join(Job.run).where(repo.Run.kind == repo.REGISTRY_KIND))
         assert pk is not None
         lines: list[str] = []
-        daemon = build_daemon(cfg, backend, engine=engine, job_filter=lambda j: j.job_id == train_id,
-                              emit=lines.append)
+        daemon = build_daemon(cfg, backend, engine=engine,
+                              job_filter=lambda j: j.job_id == train_id, emit=lines.append)
         cluster = daemon.cluster
         rounds: list[dict] = []     # per round: its start, end, the view and the store's rows
 
