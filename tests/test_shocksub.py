@@ -42,14 +42,29 @@ MULTI = JobRequest(job_name="resnet50-imagenet", gpus=4, nodes=2, model="ResNet-
                    max_restarts=10)
 
 
-def _render(req: JobRequest) -> str:
-    return render_script(req, load_template(req.template))
+SPOOL = "/var/spool/shockslurm/reports"       # the site's report spool in the golden single_node
+# What each golden script is rendered with: single_node with the site's spool, multi_node with
+# none configured (what `shocksub --dry-run` prints without a site configuration).
+GOLDEN_SPOOL = {"single_node": SPOOL, "multi_node": None}
+
+
+def _render(req: JobRequest, spool: str | None = None) -> str:
+    return render_script(req, load_template(req.template), spool=spool)
+
+
+@pytest.fixture()
+def no_site_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """shocksub finds no site configuration (SHOCKSLURM_CONFIG names a missing file)."""
+    missing = tmp_path / "no-such-shockslurm.toml"
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(missing))
+    monkeypatch.delenv("SHOCKSLURM_SPOOL", raising=False)
+    return missing
 
 
 @pytest.mark.parametrize("req", [SINGLE, MULTI], ids=["single_node", "multi_node"])
 def test_golden_script(req: JobRequest) -> None:
     path = GOLDEN / f"{req.template}.sbatch"
-    text = _render(req)
+    text = _render(req, GOLDEN_SPOOL[req.template])
     if os.environ.get("SHOCKSLURM_UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text()
@@ -287,7 +302,7 @@ def test_multi_node_script_runs_torchrun(fake_slurm: dict, tmp_path: Path) -> No
 
 # --- the CLI and sbatch ---------------------------------------------------------------------
 
-def test_cli_dry_run(tmp_path: Path) -> None:
+def test_cli_dry_run(tmp_path: Path, no_site_config: Path) -> None:
     result = CliRunner().invoke(main, [
         "--nodes", "2", "--gpus", "4", "--model", "ResNet-50", "--epochs", "10",
         "--batch-sizes", "16,32,64,128", "--batch-size", "64", "--samples-per-epoch", "100000",
@@ -386,3 +401,76 @@ def test_requests_no_node_can_hold_are_refused() -> None:
         with pytest.raises(InputError) as err:
             check_fits(replace(MULTI, **changes), nodes)
         assert err.value.field == field
+
+
+# --- the site's report spool reaches the job -------------------------------------------------
+
+HOSTILE_SPOOL = "sp ool'$(touch pwned)`id`}\"\\x"     # a directory name bash must not interpret
+
+
+def _site_config(tmp_path: Path, spool: str) -> Path:
+    path = tmp_path / "shockslurm.toml"
+    path.write_text(f"[daemon]\nspool_dir = {json.dumps(spool)}\n")
+    return path
+
+
+def _dry_run_script(env: dict[str, str], *command: str) -> tuple[str, str]:
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--dry-run",
+                                       "--", *command], env=env)
+    assert result.exit_code == 0, result.output
+    return result.stdout.partition("# sbatch call:\n")[0], result.stderr
+
+
+def test_site_spool_is_exported_to_the_job(fake_slurm: dict, tmp_path: Path) -> None:
+    spool = str(tmp_path / HOSTILE_SPOOL)
+    config = _site_config(tmp_path, spool)
+    show = "import os; print(os.environ['SHOCKSLURM_SPOOL'])"
+    text, err = _dry_run_script({"SHOCKSLURM_CONFIG": str(config), "SHOCKSLURM_SPOOL": None},
+                                sys.executable, "-c", show)
+    assert err == ""
+    assert f"SHOCK_SITE_SPOOL={shlex.quote(spool)}\n" in text
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    env = {k: v for k, v in fake_slurm.items() if k != "SHOCKSLURM_SPOOL"}
+    res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == spool            # literally, nothing interpreted
+    assert not (tmp_path / "pwned").exists()
+    # a spool the job's environment names wins over the site's
+    res = subprocess.run(["bash", str(script)], env={**env, "SHOCKSLURM_SPOOL": "/elsewhere"},
+                         capture_output=True, text=True, cwd=tmp_path, timeout=30)
+    assert res.stdout.splitlines()[-1] == "/elsewhere"
+
+
+@pytest.mark.parametrize("content, said", [
+    ('[daemon]\nspool_dir = "relative/spool"\n', "field 'daemon.spool_dir': must be an absolute"),
+    ('[daemon]\nspool_dir = 5\n', "field 'daemon.spool_dir': must be a string"),
+    ('[daemon]\nspool_dir = "/a\\nb"\n', "must not contain control characters"),
+    ("[daemon\n", "not valid TOML"),
+])
+def test_unusable_site_config_is_said_and_the_job_still_submitted(
+        tmp_path: Path, content: str, said: str) -> None:
+    config = tmp_path / "shockslurm.toml"
+    config.write_text(content)
+    text, err = _dry_run_script({"SHOCKSLURM_CONFIG": str(config)}, "true")
+    assert err.startswith(f"shocksub: no report spool for the job: {config}") and said in err
+    assert "# No report spool was configured at submission" in text
+    assert "SHOCKSLURM_SPOOL" not in text
+
+
+def test_no_spool_in_the_site_config(tmp_path: Path) -> None:
+    config = tmp_path / "shockslurm.toml"
+    config.write_text('[daemon]\nround_seconds = 60\n')
+    text, err = _dry_run_script({"SHOCKSLURM_CONFIG": str(config)}, "true")
+    assert err == "" and "SHOCKSLURM_SPOOL" not in text
+
+
+def test_shocksub_imports_no_sqlalchemy_numpy_or_policies() -> None:
+    """shocksub stays fast: reading the site configuration is a TOML parse, nothing more."""
+    code = ("import sys, shockslurm.cli.shocksub; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'numpy'}), "
+            "'shockslurm.policies' in sys.modules, 'shockslurm.ops.config' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+    assert out.strip() == "[] False False"

@@ -93,10 +93,14 @@ def test_rows_progress_forecast_and_rho(store: str) -> None:
     assert cells[6:9] == ["-", "-", "-"]
     table = format_table(rows).splitlines()
     assert table[0].split() == ["JOBID", "NAME", "USER", "STATE", "REASON", "GPUS", "PROGRESS",
-                                "REMAINING", "RHO", "PREEMPTED"]
+                                "REMAINING", "RHO", "PREEMPTED", "REPORTED"]
     assert table[1].split()[:7] == ["101", "train-101", "alice", "RUNNING", "None", "2", "4/10"]
+    # 101 last reported at SUBMIT + 450 (its bs-64 throughput), 9550 s before NOW
+    assert table[1].split()[-3:] == ["3", "2h39m", "ago"]
+    assert (r1.last_report_s, r1.last_report_age_s) == (SUBMIT + 450, 9550.0)
     assert table[2].split() == ["102", "train-102", "alice", "PENDING", "None", "4", "-", "-",
-                                "-", "0"]
+                                "-", "0", "-"]
+    assert (r2.last_report_s, r2.last_report_age_s) == (None, None)
     # aligned: the text columns start, and the numeric ones end, where their headers do
     head = table[0]
     for row in table[1:]:
@@ -106,6 +110,23 @@ def test_rows_progress_forecast_and_rho(store: str) -> None:
         gpus_end = head.index("GPUS") + len("GPUS")
         assert row[:gpus_end].split()[-1] in {"2", "4"} and row[gpus_end] == " "
     assert ours[0].job_id == 101
+
+
+@pytest.mark.parametrize("report", [
+    {"kind": "batch_size_change", "old_batch_size": 32, "new_batch_size": 64},
+    {"kind": "checkpoint", "path": "ck.pt", "step": 9, "ok": False},
+    {"kind": "checkpoint", "path": "ck.pt", "step": 9, "ok": True},
+    {"kind": "throughput", "samples_per_s": 900.0, "batch_size": 64, "gpus": 2,
+     "epoch_progress": 4.5},
+])
+def test_reported_is_the_latest_report_of_any_kind(store: str, report: dict) -> None:
+    engine = open_store(store)
+    with Session(engine) as s, s.begin():
+        pk = repo.registered_jobs(s, "slurm", {101: SUBMIT})[101].id
+        add_rows(s, {**report, "time_s": NOW - 7}, pk)
+    rows, _ = status_cli.collect(JOBS, store, "slurm", now=NOW)
+    engine.dispose()
+    assert rows[0].last_report_s == NOW - 7 and rows[0].cells()[-1] == "7s ago"
 
 
 def test_without_store_everything_from_the_store_is_a_dash() -> None:
@@ -142,6 +163,7 @@ def test_status_command_table_and_json(store: str, monkeypatch: pytest.MonkeyPat
     assert [d["job_id"] for d in data] == [101, 102]
     assert data[0]["epochs_done"] == 4 and data[0]["remaining_s"] > 0
     assert data[1]["epochs_done"] is None and data[1]["rho"] is None
+    assert data[0]["last_report_s"] == SUBMIT + 450 and data[1]["last_report_s"] is None
 
 
 def test_status_with_config(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

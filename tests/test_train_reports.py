@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import logging
 import threading
 import time
@@ -16,6 +19,7 @@ from shockslurm.store import repository as repo
 from shockslurm.store.database import open_store
 from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
 from shockslurm.train.records import derive_key
+from shockslurm.train import reports
 from shockslurm.train.reports import Reporter, SpoolSink, StoreSink, reporter_from_env
 
 SECRET = "0123456789abcdef0123456789abcdef"      # job 42's report secret (tests only)
@@ -203,11 +207,18 @@ def test_store_sink_writes_rows(tmp_path):
     assert _rows(engine)["batch_size_changes"] == 1
 
 
-def test_reporter_from_env(monkeypatch, tmp_path):
+def _job_env(monkeypatch, tmp_path):
+    """A Slurm job's environment with no report setting and no site configuration."""
     for v in ("SHOCKSLURM_DB", "SHOCKSLURM_SPOOL", "RANK", "SLURM_PROCID",
-              "SHOCKSLURM_REPORT_SECRET"):
+              "SHOCKSLURM_REPORT_SECRET", "SHOCKSLURM_JOB_PK"):
         monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(tmp_path / "no-site-config.toml"))
     monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setattr(reports, "_said", set())       # a fresh process: nothing said yet
+
+
+def test_reporter_from_env(monkeypatch, tmp_path):
+    _job_env(monkeypatch, tmp_path)
     assert reporter_from_env().sink is None
     monkeypatch.setenv("SHOCKSLURM_SPOOL", str(tmp_path / "sp"))
     rep = reporter_from_env()
@@ -215,3 +226,127 @@ def test_reporter_from_env(monkeypatch, tmp_path):
     rep.close()
     monkeypatch.setenv("RANK", "3")
     assert reporter_from_env().sink is None          # only rank 0 reports
+
+
+def _site_config(tmp_path, monkeypatch, spool) -> None:
+    config = tmp_path / "site.toml"
+    config.write_text(f"[daemon]\nspool_dir = {json.dumps(str(spool))}\n")
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(config))
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "shockslurm.train" and r.levelno >= logging.WARNING]
+
+
+def test_plain_job_falls_back_to_the_site_spool(monkeypatch, tmp_path, caplog):
+    """No $SHOCKSLURM_SPOOL (a plain sbatch job): the reports go to the site's spool."""
+    _job_env(monkeypatch, tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o1733)
+    _site_config(tmp_path, monkeypatch, spool)
+    monkeypatch.setenv("SHOCKSLURM_REPORT_SECRET", SECRET)
+    rep = reporter_from_env()
+    assert isinstance(rep.sink, SpoolSink) and rep.sink.directory == spool
+    assert rep.batch_size_change(32, 64, epoch=1, step=10)
+    rep.close()
+    [name] = [p.name for p in spool.iterdir()]
+    assert json.loads((spool / name).read_text())["new_batch_size"] == 64
+    assert _warnings(caplog) == []
+    # $SHOCKSLURM_SPOOL (what the shocksub job script sets) wins over the site's
+    monkeypatch.setenv("SHOCKSLURM_SPOOL", str(tmp_path / "mine"))
+    rep = reporter_from_env()
+    assert rep.sink.directory == tmp_path / "mine"
+    rep.close()
+
+
+def test_unsigned_reports_are_said_once(monkeypatch, tmp_path, caplog):
+    _job_env(monkeypatch, tmp_path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    _site_config(tmp_path, monkeypatch, spool)
+    for _ in range(3):
+        reporter_from_env().close()
+    [said] = _warnings(caplog)
+    assert "go unsigned" in said and "SHOCKSLURM_REPORT_SECRET" in said
+
+
+@pytest.mark.parametrize("setup, why", [
+    ("none", "no spool configured ($SHOCKSLURM_SPOOL and $SHOCKSLURM_DB are unset; no site "
+             "configuration at"),
+    ("no-key", "no spool configured ($SHOCKSLURM_SPOOL and $SHOCKSLURM_DB are unset; "),
+    ("missing", "does not exist or is not a directory"),
+    ("relative", "the site configuration cannot be used ("),
+    ("file", "cannot be created"),
+])
+def test_a_job_that_cannot_report_says_why_once(monkeypatch, tmp_path, caplog, setup, why):
+    _job_env(monkeypatch, tmp_path)
+    monkeypatch.setenv("SHOCKSLURM_REPORT_SECRET", SECRET)
+    if setup == "no-key":
+        (tmp_path / "site.toml").write_text("[daemon]\nround_seconds = 60\n")
+        monkeypatch.setenv("SHOCKSLURM_CONFIG", str(tmp_path / "site.toml"))
+    elif setup == "missing":
+        _site_config(tmp_path, monkeypatch, tmp_path / "not-made-by-the-admin")
+    elif setup == "relative":
+        _site_config(tmp_path, monkeypatch, "spool")
+    elif setup == "file":                        # $SHOCKSLURM_SPOOL under a regular file
+        (tmp_path / "f").write_text("")
+        monkeypatch.setenv("SHOCKSLURM_SPOOL", str(tmp_path / "f" / "spool"))
+    reps = [reporter_from_env() for _ in range(3)]
+    assert all(r.sink is None for r in reps)
+    assert all(r.batch_size_change(32, 64) is False for r in reps)   # training goes on
+    [said] = _warnings(caplog)
+    assert "progress reports go nowhere" in said and why in said, said
+    assert not (tmp_path / "not-made-by-the-admin").exists()       # never created by a job
+
+
+def _as_nobody(fn):
+    """`fn()`'s string result, computed by a forked child that runs as `nobody` when we are
+    root (who may write anywhere), else in this process."""
+    if os.geteuid() != 0:
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                  # the child: drop root for good, answer, exit
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write, fn().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        answer = fh.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+def test_an_unwritable_spool_is_said(monkeypatch):
+    """A job whose user may not write the site's spool: no sink, and the reason."""
+    base = Path(tempfile.mkdtemp(prefix="shock-spool-"))   # reachable by nobody (tmp_path is not)
+    try:
+        base.chmod(0o755)
+        spool = base / "spool"
+        spool.mkdir(mode=0o755)
+        config = base / "site.toml"
+        config.write_text(f"[daemon]\nspool_dir = {json.dumps(str(spool))}\n")
+        config.chmod(0o644)
+        env = {"SLURM_JOB_ID": "42", "SHOCKSLURM_CONFIG": str(config)}
+
+        def why() -> str:
+            sink, reason = reports.sink_from_env(env)
+            return f"{sink} {reason}"
+
+        assert _as_nobody(why) == (f"None the spool {spool} (from {config} [daemon] spool_dir) "
+                                   "is not writable by this job's user")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_outside_a_job_nothing_is_said(monkeypatch, tmp_path, caplog):
+    _job_env(monkeypatch, tmp_path)
+    monkeypatch.delenv("SLURM_JOB_ID")
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    assert reporter_from_env().sink is None
+    assert _warnings(caplog) == []

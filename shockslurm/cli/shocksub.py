@@ -5,6 +5,11 @@
 
 Building the request (pure, what --dry-run prints) is kept apart from running sbatch, so what a
 user reviews is exactly what is sent. Bad input exits with code 2 naming the option.
+
+The job's reports reach the daemon with no setting by the user: the job script exports the
+site's report spool, `[daemon] spool_dir` of the configuration the daemon reads
+(`$SHOCKSLURM_CONFIG`, else /etc/shockslurm/shockslurm.toml; `shockslurm.siteconfig`), unless the
+job's environment names one.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 
 import click
 
-from ..errors import InputError, ShockslurmError
+from ..errors import ConfigError, InputError, ShockslurmError
 from ..model import ADAPTATION_MODES
+from ..siteconfig import report_spool
 from ..slurm.cli_backend import CliBackend
 from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, load_template, new_report_secret,
                             render_script, sbatch_argv, submit)
@@ -133,7 +139,8 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
     try:
         req = build_request(command=command, script=script, batch_sizes=_ladder(batch_sizes),
                             **options)
-        text = render_script(req, load_template(req.template), secret)
+        text = render_script(req, load_template(req.template), secret,
+                             spool=_site_spool())
     except InputError as exc:
         raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None
     directory = Path(os.path.expanduser(script_dir))
@@ -164,6 +171,17 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
             # The job is in Slurm and carries its spec in the comment: warn, do not fail.
             click.echo(f"shocksub: job {job_id} submitted but not registered in the store: {exc}",
                        err=True)
+
+
+def _site_spool() -> str | None:
+    """The site's report spool for the job script (`[daemon] spool_dir` of the configuration
+    the daemon reads). A configuration that cannot be used is said on stderr, not fatal: the
+    job then reports only where its environment names a spool or store."""
+    try:
+        return report_spool(os.environ).path
+    except ConfigError as exc:
+        click.echo(f"shocksub: no report spool for the job: {exc}", err=True)
+        return None
 
 
 def _check_cluster(req) -> None:

@@ -33,9 +33,12 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError
 from ..policies import REGISTRY, PolicySettings, make_policy, option_names
+# The file's lookup and reading, shared with shocksub and the training helper (re-exported).
+from ..siteconfig import CONFIG_ENV as CONFIG_ENV
+from ..siteconfig import DEFAULT_PATH as DEFAULT_PATH
+from ..siteconfig import config_path as config_path
+from ..siteconfig import read_toml as read_toml
 
-DEFAULT_PATH = "/etc/shockslurm/shockslurm.toml"
-CONFIG_ENV = "SHOCKSLURM_CONFIG"
 DB_ENV = "SHOCKSLURM_DB"
 ENV_PREFIX = "SHOCKSLURM_DAEMON_"
 POLICY_ENV_PREFIX = "SHOCKSLURM_POLICY_"
@@ -107,9 +110,11 @@ KEYS: tuple[Key, ...] = (
     Key("daemon", "cluster", "string", "slurm",
         "The cluster name `shocksub --cluster` registers job specs under."),
     Key("daemon", "spool_dir", "path", "",
-        "Training reports spooled by jobs (`$SHOCKSLURM_SPOOL`), ingested each round (\"\" = "
-        "none). Make it owned by the daemon's user with mode 1733 (users may add files, not list "
-        "the directory or remove others' files), in a directory users cannot write."),
+        "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "
+        "the nodes share: shocksub passes it to each job as `$SHOCKSLURM_SPOOL`, and the training "
+        "helper of a job without that variable reads it from this file. Make it owned by the "
+        "daemon's user with mode 1733 (users may add files, not list the directory or remove "
+        "others' files), in a directory users cannot write."),
     Key("daemon", "rejected_dir", "path", "",
         "Where refused report files are kept with a `.reason` each, created 0700 and used only "
         "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`)."),
@@ -394,28 +399,9 @@ def read_policy_table(path: str | Path) -> dict[str, Any]:
     return table
 
 
-def config_path(cli_path: str | Path | None, env: Mapping[str, str]) -> Path:
-    """`--config`, else `$SHOCKSLURM_CONFIG`, else `/etc/shockslurm/shockslurm.toml`."""
-    return Path(cli_path or env.get(CONFIG_ENV) or DEFAULT_PATH)
-
-
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> DaemonConfig:
     """Read and validate the TOML file; `env` (e.g. `os.environ`) applies the overrides."""
     return parse_config(read_toml(path), source=str(path), env=env)
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """A TOML file as a dict; a `ConfigError` naming the file if it cannot be read or parsed."""
-    path = Path(path)
-    try:
-        return tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read the config file: {exc.strerror or exc}",
-                          source=str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text: {exc}", source=str(path)) from None
 
 
 def load_effective(cli_path: str | Path | None = None,

@@ -12,6 +12,9 @@ Columns and where they come from:
   left of the epoch in progress. Epoch durations per batch size are measured (samples per epoch /
   the latest samples/s reported at that batch size); batch sizes never measured use the declared
   exclusive epoch time (`slurm.specs.epoch_seconds`). "-" without any report.
+- reported: how long ago the job last sent a training report of any kind (the report's own
+  time, from the one read model of reports, `reports.reported_progress.read_reports`); "-" when
+  it never did (no helper, or its reports do not reach the daemon: the job's log says why).
 - rho estimate: `(now - submit + remaining) / exclusive runtime`, with exclusive runtime =
   epochs x declared exclusive epoch time on the job's GPUs. It is the slowdown the job is heading
   for against running alone from submission, i.e. the finish-time fairness rho with contention 1
@@ -36,6 +39,7 @@ from sqlalchemy.orm import Session
 from ..forecast import dirichlet_remaining_time
 from ..live import specs
 from ..live.specs import LiveSpec, epoch_seconds
+from ..reports.reported_progress import read_reports
 from ..slurm.types import SlurmJob
 from ..store.models import EnactmentIntent, Job, JobEvent, Round, Run, ThroughputSample
 from ..store.repository import REGISTRY_KIND
@@ -57,6 +61,7 @@ class StoreJob:
     rate_by_bs: dict[int, float] = field(default_factory=dict)  # latest samples/s per batch size
     batch_size: int | None = None                          # of the latest throughput sample
     reported: bool = False
+    last_report_s: float | None = None                    # when it last reported, any kind
     events: list[tuple[float, str, str]] = field(default_factory=list)   # (time_s, kind, detail)
     intents: list[tuple[str, str, str, str]] = field(default_factory=list)  # (created, action, rc, argv)
 
@@ -75,19 +80,23 @@ class StatusRow:
     rho: float | None
     preempted: int
     spec_source: str
+    last_report_s: float | None = None        # when the job last reported (the report's time)
+    last_report_age_s: float | None = None    # how long before `now` that was
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def cells(self) -> list[str]:
         progress = DASH if self.epochs_done is None else f"{self.epochs_done}/{self.epochs}"
+        reported = DASH if self.last_report_age_s is None else \
+            f"{format_duration(self.last_report_age_s)} ago"
         return [str(self.job_id), self.name, self.user, self.state, self.reason, str(self.gpus),
                 progress, format_duration(self.remaining_s),
-                DASH if self.rho is None else f"{self.rho:.2f}", str(self.preempted)]
+                DASH if self.rho is None else f"{self.rho:.2f}", str(self.preempted), reported]
 
 
 HEADERS = ["JOBID", "NAME", "USER", "STATE", "REASON", "GPUS", "PROGRESS", "REMAINING", "RHO",
-           "PREEMPTED"]
+           "PREEMPTED", "REPORTED"]
 
 
 def format_duration(seconds: float | None) -> str:
@@ -104,7 +113,7 @@ def format_duration(seconds: float | None) -> str:
 
 def format_table(rows: Sequence[StatusRow]) -> str:
     """Left-aligned text columns, numbers right-aligned."""
-    numeric = {0, 5, 6, 7, 8, 9}
+    numeric = {0, 5, 6, 7, 8, 9, 10}
     table = [HEADERS] + [r.cells() for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
     out = []
@@ -142,6 +151,11 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
             out[job_id].spec = {"model": job.model, "epochs": job.epochs,
                                 "samples_per_epoch": job.samples_per_epoch,
                                 "batch_sizes": job.batch_sizes}   # validated by job_spec
+        # reports resolve to the registration (`train.records.resolve_job_pk`)
+        reports = read_reports(s, [job.id for job in registration.values()])
+        for job_id, job in registration.items():
+            if job.id in reports:
+                out[job_id].last_report_s = reports[job.id].last_report_s
         if not owner:
             return out
         pks = list(owner)
@@ -244,10 +258,12 @@ def status_row(job: SlurmJob, info: StoreJob | None, now: float) -> StatusRow:
         done = 0
     if done is not None:
         done = min(done, spec.epochs)
+    last = info.last_report_s if info is not None else None
     return StatusRow(job_id=job.job_id, name=job.name, user=job.user, state=job.state.value,
                      reason=job.reason or "", gpus=gpus, epochs_done=done, epochs=spec.epochs,
                      remaining_s=remaining, rho=rho, preempted=job.restart_count,
-                     spec_source=spec.source)
+                     spec_source=spec.source, last_report_s=last,
+                     last_report_age_s=None if last is None else max(0.0, now - last))
 
 
 def managed(jobs: Sequence[SlurmJob], partitions: Sequence[str] | None = None) -> list[SlurmJob]:

@@ -81,6 +81,16 @@ class JobReports:
     change: tuple[float, int] | None = None                # (time, new batch size)
     last_ok_checkpoint: float | None = None                # time of the latest ok=true one
     failed_checkpoints: int = 0                            # ok=false reports after it
+    last_failed_checkpoint: float | None = None            # time of the latest of those
+
+    @property
+    def last_report_s(self) -> float | None:
+        """When the job last reported (the report's own time), whatever the kind."""
+        times = [self.last_epoch_time, self.position_time, self.last_ok_checkpoint,
+                 self.last_failed_checkpoint]
+        times += [latest[0] for latest in (self.throughput, self.change) if latest is not None]
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
 
     @property
     def empty(self) -> bool:
@@ -153,6 +163,7 @@ def read_reports(session: Session, pks: Sequence[int]) -> dict[int, JobReports]:
             r.last_ok_checkpoint = float(time_s)
         elif kind == "checkpoint_failed":
             r.failed_checkpoints = int(bs or 0)
+            r.last_failed_checkpoint = float(time_s)
         else:
             try:
                 info = json.loads(detail or "{}")

@@ -16,6 +16,9 @@ Why the rules below (see /work/shared/slurm/NOTES.md, Slurm 22.05):
   the job script (mode 0600 in the user's script dir; Slurm shows a batch script to its owner and
   admins only), never on the sbatch command line (visible to every user in `ps`) nor in the
   comment. A dry run shows a placeholder instead.
+- The job's report spool (the site configuration's `[daemon] spool_dir`, read by shocksub) is
+  exported as `$SHOCKSLURM_SPOOL` unless the job's environment already names one, so the
+  helper's reports reach the daemon with no setting by the user.
 """
 
 from __future__ import annotations
@@ -286,9 +289,26 @@ def new_report_secret() -> str:
     return "ed25519:" + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def template_values(req: JobRequest, report_secret: str | None = None) -> Mapping[str, str]:
+def spool_lines(spool: str | None) -> str:
+    """The job script's lines that tell the training helper where its reports go: the site's
+    spool (`siteconfig.report_spool`, read by shocksub), unless the job's environment names one
+    (`$SHOCKSLURM_SPOOL` inherited from the submitter wins)."""
+    if spool is None:
+        return ("# No report spool was configured at submission ([daemon] spool_dir of the site "
+                "configuration):\n# the training helper looks for one itself, or says once in "
+                "this log why it cannot report.")
+    if any(c in spool for c in LINE_BREAKERS):
+        raise InputError(f"{spool!r} contains a NUL or line break", field="report_spool")
+    return ("# Where progress reports go: the daemon's spool (the site configuration's "
+            "[daemon] spool_dir).\n"
+            f"SHOCK_SITE_SPOOL={shlex.quote(spool)}\n"
+            'export SHOCKSLURM_SPOOL="${SHOCKSLURM_SPOOL:-$SHOCK_SITE_SPOOL}"')
+
+
+def template_values(req: JobRequest, report_secret: str | None = None,
+                    spool: str | None = None) -> Mapping[str, str]:
     """Every placeholder a template may use; each value is already safe for bash.
-    `report_secret` None (a dry run) renders a placeholder."""
+    `report_secret` None (a dry run) renders a placeholder; `spool` None: none configured."""
     if report_secret is not None and not SECRET_RE.fullmatch(report_secret):
         raise InputError("the report secret must be an ed25519: key or lowercase hex",
                          field="report_secret")
@@ -309,12 +329,15 @@ def template_values(req: JobRequest, report_secret: str | None = None) -> Mappin
         "command": " ".join(shlex.quote(a) for a in command),
         "torchrun_args": " ".join(shlex.quote(a) for a in torchrun_args),
         "report_secret": report_secret if report_secret is not None else DRY_RUN_SECRET,
+        "report_spool": spool_lines(spool),
     }
 
 
-def render_script(req: JobRequest, template: str, report_secret: str | None = None) -> str:
-    """Fill a template's `${name}` placeholders for this request (pure)."""
-    return ScriptTemplate(template).substitute(template_values(req, report_secret))
+def render_script(req: JobRequest, template: str, report_secret: str | None = None,
+                  spool: str | None = None) -> str:
+    """Fill a template's `${name}` placeholders for this request (pure); `spool` is the site's
+    report spool (None: none configured)."""
+    return ScriptTemplate(template).substitute(template_values(req, report_secret, spool))
 
 
 def parse_job_id(stdout: str) -> int:

@@ -7,9 +7,18 @@ default 10 s); batch-size changes, checkpoints and epoch ends always go.
 
 Where they go (`reporter_from_env`, rank 0 only):
 - `$SHOCKSLURM_DB` set: straight into the store (`StoreSink`, rows as `records.add_rows`);
-- else `$SHOCKSLURM_SPOOL` set: one JSON file per report there (`SpoolSink`), which the daemon
-  ingests (`shockslurm.reports.ingest`);
+- else `$SHOCKSLURM_SPOOL` set (the shocksub job script sets it to the site's spool): one JSON
+  file per report there (`SpoolSink`), which the daemon ingests (`shockslurm.reports.ingest`);
+- else the site's spool, `[daemon] spool_dir` of the daemon's configuration file
+  (`$SHOCKSLURM_CONFIG`, else /etc/shockslurm/shockslurm.toml; `shockslurm.siteconfig`), so a
+  plain `sbatch` job's reports reach the spool too (it must exist: the admin makes it, mode
+  1733; the daemon keeps reports only of jobs registered in the store, `shocksub --db`);
 - else nowhere (`Reporter(None)` keeps only counters).
+A job (`$SLURM_JOB_ID` or `$SHOCKSLURM_JOB_PK` set) that cannot report says so once per run in
+its log (a warning on stderr unless logging is configured otherwise) with the reason: no spool
+configured, the spool missing or not writable, a site configuration that cannot be used; and
+that its reports go unsigned when it has no report secret (not submitted with shocksub).
+Training goes on either way.
 The job is named by `$SHOCKSLURM_CLUSTER` (default "slurm", the daemon's cluster) and
 `$SLURM_JOB_ID`, or directly by `$SHOCKSLURM_JOB_PK`. Every report is signed with
 `$SHOCKSLURM_REPORT_SECRET` (an Ed25519 key set by the shocksub job script; `records` explains
@@ -28,10 +37,14 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from . import _env
+from ..errors import ConfigError
+from ..siteconfig import SPOOL_ENV, report_spool
 from .records import SECRET_ENV, VERSION, sign, signing_key
+
+DB_ENV = "SHOCKSLURM_DB"
 
 log = logging.getLogger("shockslurm.train")
 
@@ -47,10 +60,11 @@ class SpoolSink:
     temporary is created exclusively and never through a symlink (the spool is shared); its
     mode is 0644 less the umask, so a daemon that does not run as root can read it too."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
         self.directory = Path(directory)
         self._seq = itertools.count()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.directory.mkdir(parents=True, exist_ok=True)
 
     def send(self, report: dict[str, Any]) -> None:
         name = f"{time.time_ns():020d}-{os.getpid()}-{next(self._seq):06d}.json"
@@ -214,11 +228,60 @@ class Reporter:
 
 
 def reporter_from_env(**kwargs: Any) -> Reporter:
-    """A Reporter for this process: rank 0 reports to $SHOCKSLURM_DB or $SHOCKSLURM_SPOOL."""
+    """A Reporter for this process: rank 0 reports to $SHOCKSLURM_DB, $SHOCKSLURM_SPOOL or the
+    site's spool (see the module docstring); a job that cannot report says why, once."""
     sink: Sink | None = None
     if _env.rank() == 0:
-        if os.environ.get("SHOCKSLURM_DB"):
-            sink = StoreSink(os.environ["SHOCKSLURM_DB"])
-        elif os.environ.get("SHOCKSLURM_SPOOL"):
-            sink = SpoolSink(os.environ["SHOCKSLURM_SPOOL"])
+        sink, why = sink_from_env(os.environ)
+        if why is not None:
+            _say_once(f"this job's progress reports go nowhere: {why}. Training goes on; the "
+                      "scheduler estimates its progress from its run time")
+        elif not (kwargs.get("secret") or os.environ.get(SECRET_ENV)):
+            _say_once(f"this job's progress reports go unsigned (no ${SECRET_ENV}: the job was "
+                      "not submitted with shocksub): the daemon refuses them unless the job "
+                      "is registered without a report key and allow_unsigned_reports is on")
     return Reporter(sink, **kwargs)
+
+
+def sink_from_env(env: Mapping[str, str]) -> tuple[Sink | None, str | None]:
+    """The sink this process reports to and, when there is none, why not."""
+    if env.get(DB_ENV):
+        return StoreSink(env[DB_ENV]), None
+    if env.get(SPOOL_ENV):
+        return _spool_sink(env[SPOOL_ENV], f"${SPOOL_ENV}", create=True)
+    try:
+        site = report_spool(env)
+    except ConfigError as exc:
+        return None, f"the site configuration cannot be used ({exc})"
+    if site.path is None:
+        return None, f"no spool configured (${SPOOL_ENV} and ${DB_ENV} are unset; {site.origin})"
+    # The site's spool is the admin's (mode 1733): never created by a job.
+    return _spool_sink(site.path, site.origin, create=False)
+
+
+def _spool_sink(path: str, origin: str, *, create: bool) -> tuple[Sink | None, str | None]:
+    """A `SpoolSink` on `path` if this process can add files there, else why not."""
+    where = f"the spool {path} (from {origin})"
+    try:
+        sink = SpoolSink(path, create=create)
+    except OSError as exc:
+        return None, f"{where} cannot be created ({exc.strerror or exc})"
+    if not os.path.isdir(path):
+        return None, f"{where} does not exist or is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return None, f"{where} is not writable by this job's user"
+    return sink, None
+
+
+_said: set[str] = set()      # what this process has said about its reports (each thing once)
+
+
+def _say_once(message: str) -> None:
+    """Log `message` once per process, where the job's log shows it (stderr by default)."""
+    if message in _said:
+        return
+    _said.add(message)
+    if _env.slurm_job_id() is None and not os.environ.get("SHOCKSLURM_JOB_PK"):
+        log.debug("shockslurm.train: %s", message)      # not a job: nothing to report for
+        return
+    log.warning("shockslurm.train: %s", message)

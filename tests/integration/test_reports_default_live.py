@@ -1,0 +1,211 @@
+"""Reports wired end to end by default, on the real Slurm test cluster (CPU torch).
+
+A job submitted with `shocksub` and **no extra environment** trains with the helper
+(`examples/train_mnist_like.py`: batch size 32, 32, then 64, 128); its throughput and batch-size
+changes reach the store within one report interval and the daemon's view of the job (the
+forecaster's input) is built from them.
+
+"No extra environment", precisely: the submitter's environment names no report setting
+(`SHOCKSLURM_SPOOL`, `SHOCKSLURM_DB`, `SHOCKSLURM_REPORT_SECRET`, `SHOCKSLURM_CLUSTER`: all
+removed, and every `SLURM_*`), and the user passes no reporting option: only what a researcher
+types (`--db` registers the job's spec and report key, as the docs say). The one variable set is
+`SHOCKSLURM_CONFIG`, naming the site configuration file: it stands in for
+/etc/shockslurm/shockslurm.toml, which a test on a shared machine must not install. Slurm copies
+the submitter's environment into the job, so the job sees the same file; the spool reaches the
+job through the `export SHOCKSLURM_SPOOL=...` line shocksub rendered from that file (checked in
+the script). The daemon reads the same file (`load_config`) and runs in this process, so that
+its per-round view of the job can be inspected (`build_daemon`, as `shockslurm daemon` wires it;
+only this test's job is scheduled).
+
+"Within one report interval": the trainer reports throughput every `REPORT_S` seconds and the
+daemon ingests the spool at the start of every round (`round_seconds` = `REPORT_S`); a report
+must be in the store by the end of the first round that starts after it was written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shockslurm.cli import status as status_cli
+from shockslurm.daemon import build_daemon, load_config
+from shockslurm.forecast import ForecastState, forecast
+from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.types import JobState
+from shockslurm.store import open_store
+from shockslurm.store import repository as repo
+from shockslurm.store.models import BatchSizeChange, Job, ThroughputSample
+
+torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_mnist_like.py"
+EPOCHS = 6                 # 64 + 64 + 32 + 3 x 16 = 208 steps; 32 -> 64 after step 128
+STEP_SLEEP_S = 0.08        # ~17 s of training: the change lands several rounds in
+REPORT_S = 2.0             # the trainer's throughput interval = the daemon's round
+EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
+TIMEOUT_S = 150
+REPORT_VARS = ("SHOCKSLURM_SPOOL", "SHOCKSLURM_DB", "SHOCKSLURM_REPORT_SECRET",
+               "SHOCKSLURM_CLUSTER", "SHOCKSLURM_JOB_PK")
+
+
+def _submitter_env(site_config: Path) -> dict[str, str]:
+    """A researcher's environment: no report setting, the site configuration file named."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SHOCKSLURM_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
+    assert not set(REPORT_VARS) & set(env)
+    env.update(OMP_NUM_THREADS="1", SHOCKSLURM_CONFIG=str(site_config))
+    return env
+
+
+def _store_rows(engine, pk: int) -> tuple[list, list]:
+    with Session(engine) as s:
+        samples = [(x.time_s, x.samples_per_s, x.batch_size) for x in s.scalars(
+            select(ThroughputSample).where(ThroughputSample.job_pk == pk)
+            .order_by(ThroughputSample.time_s))]
+        changes = [(c.time_s, c.old_batch_size, c.new_batch_size) for c in s.scalars(
+            select(BatchSizeChange).where(BatchSizeChange.job_pk == pk)
+            .order_by(BatchSizeChange.time_s))]
+    return samples, changes
+
+
+def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_path: Path,
+                                                                          slurm_cluster):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o1733)                   # as the README installs it
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    site = tmp_path / "shockslurm.toml"
+    site.write_text(f'[daemon]\nround_seconds = {REPORT_S}\ngrace_seconds = 3\n'
+                    f'policy = "max_min_fairness"\npartitions = ["gpu"]\ndb = "{db}"\n'
+                    f'spool_dir = "{spool}"\nmetrics_port = 0\n')
+    backend = CliBackend()
+    train_id = None
+    try:
+        argv = [sys.executable, "-m", "shockslurm.cli.shocksub", "--gpus", "1",
+                "--partition", "gpu", "--job-name", "shockrd-train", "--model", "mnist-like",
+                "--epochs", str(EPOCHS), "--samples-per-epoch", "2048",
+                "--batch-sizes", "32,64,128", "--batch-size", "32",
+                "--epoch-seconds", str(EPOCH_SECONDS), "--output", str(tmp_path / "%x-%j.out"),
+                "--script-dir", str(tmp_path / "scripts"), "--db", db, "--",
+                sys.executable, str(EXAMPLE), "--ckpt-dir", str(tmp_path / "ck"),
+                "--epochs", str(EPOCHS), "--seed", "7", "--threads", "1",
+                "--sleep", str(STEP_SLEEP_S), "--report-interval", str(REPORT_S)]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                             env=_submitter_env(site))
+        assert out.returncode == 0, out.stderr
+        train_id = int(out.stdout.strip().splitlines()[-1])
+        [script] = (tmp_path / "scripts").glob("shockrd-train-*.sbatch")
+        assert f"SHOCK_SITE_SPOOL={spool}\n" in script.read_text()
+
+        cfg = load_config(site)           # the daemon reads the same site file
+        engine = open_store(db, create=True)
+        with Session(engine) as s:
+            pk = s.scalar(select(Job.id).where(Job.job_id == train_id)
+                          .join(Job.run).where(repo.Run.kind == repo.REGISTRY_KIND))
+        assert pk is not None
+        lines: list[str] = []
+        daemon = build_daemon(cfg, backend, engine=engine,
+                              job_filter=lambda j: j.job_id == train_id, emit=lines.append)
+        cluster = daemon.cluster
+        rounds: list[dict] = []     # per round: its start, end, the view and the store's rows
+
+        class Recorder:
+            def on_round(self, snapshot, plan, solve_s):
+                live = cluster.jobs.get(train_id)
+                view = next((v for v in snapshot.jobs if v.job_id == train_id), None)
+                samples, changes = _store_rows(engine, pk)
+                rounds.append({"start": snapshot.now, "end": time.time(), "view": view,
+                               "progress": live.progress if live is not None else None,
+                               "samples": samples, "changes": changes,
+                               "status": status_cli.collect(backend.jobs(), db, cfg.cluster)[0]
+                               if changes and view is not None else None})
+
+        daemon.loop.observers.append(Recorder())
+        seen = [False]
+        deadline = time.monotonic() + TIMEOUT_S
+
+        def finished() -> bool:
+            present = train_id in cluster.jobs
+            seen[0] = seen[0] or present
+            return (seen[0] and not present) or time.monotonic() > deadline
+
+        cluster.finished = finished  # type: ignore[method-assign]
+        daemon.loop.run()
+        daemon.progress.ingest()      # what the job reported after the last round
+        state = {j.job_id: j.state for j in backend.jobs()}.get(train_id)
+        [log] = tmp_path.glob(f"shockrd-train-{train_id}.out")
+        output = log.read_text()
+        print("\n".join(lines))
+        assert state is JobState.COMPLETED, f"{state}\n" + "\n".join(lines) + output[-3000:]
+        # the job could report: it said nothing about its reports
+        assert "progress reports go" not in output, output[-3000:]
+
+        # (1) the store has the job's throughput and both batch-size changes
+        samples, changes = _store_rows(engine, pk)
+        assert [(old, new) for _, old, new in changes] == [(32, 64), (64, 128)], changes
+        assert len(samples) >= 3 and all(rate > 0 for _, rate, _ in samples), samples
+        assert {bs for _, _, bs in samples} >= {32, 64}, samples
+
+        # ... each within one report interval: in the store by the end of the first round that
+        # started after the job wrote it
+        def latency(when_written: float, present) -> float:
+            later = [r for r in rounds if r["start"] >= when_written]
+            assert later, (when_written, [r["start"] for r in rounds])
+            assert present(later[0]), (when_written, later[0])
+            return later[0]["end"] - when_written
+
+        waits = [latency(t, lambda r, t=t: any(c[0] == t for c in r["changes"]))
+                 for t, _, _ in changes]
+        waits += [latency(t, lambda r, t=t: any(x[0] == t for x in r["samples"]))
+                  for t, _, _ in samples if any(r["start"] >= t for r in rounds)]
+        print(f"report -> store: max {max(waits):.2f} s over {len(waits)} reports "
+              f"(rounds of {REPORT_S:g} s)")
+        assert max(waits) <= 2 * REPORT_S + 1.0, waits   # at most one round's wait + its work
+
+        # (2) the daemon's view of the job was built from the reports: its batch size, per-epoch
+        # sizes and measured speed, and its forecast moved with them
+        reported = [r for r in rounds if r["progress"] is not None
+                    and r["progress"].source == "reports" and r["view"] is not None]
+        assert reported, [(r["start"], r["progress"]) for r in rounds]
+        grown = [r["view"] for r in reported if r["view"].batch_size > 32]
+        assert grown, [(r["view"].batch_size, r["view"].epochs_done) for r in reported]
+        v = grown[0]
+        schedule = [32, 32, 64] + [128] * EPOCHS
+        assert v.observed_batch_sizes == tuple(schedule[:int(v.epochs_done)]), v
+        assert v.batch_size in {schedule[int(v.epochs_done)],
+                                schedule[max(0, math.ceil(v.epochs_done) - 1)]}, v
+        spec_ips = 64 / EPOCH_SECONDS
+        assert v.iterations_per_s * v.batch_size > 3 * spec_ips * 32, (v, spec_ips)
+        blind = replace(v, batch_size=32, iterations_per_epoch=64,
+                        observed_batch_sizes=(32,) * int(v.epochs_done),
+                        iterations_per_s=spec_ips)
+        got, without = forecast(v, ForecastState(train_id)), forecast(blind, ForecastState(0))
+        assert got.remaining_s != pytest.approx(without.remaining_s), (got, without)
+
+        # (3) `shockslurm status` shows when the job last reported
+        rows = [row for r in rounds if r["status"] for row in r["status"]
+                if row.job_id == train_id]
+        assert rows and all(row.last_report_s is not None for row in rows), rows
+        assert min(row.last_report_age_s for row in rows) <= 2 * REPORT_S + 1.0, rows
+        print("views (epochs, bs, it/s, observed):",
+              [(round(r["view"].epochs_done, 2), r["view"].batch_size,
+                round(r["view"].iterations_per_s, 1), r["view"].observed_batch_sizes)
+               for r in reported])
+        print("status REPORTED:", [row.cells()[-1] for row in rows])
+        engine.dispose()
+    finally:
+        if train_id is not None:
+            subprocess.run(["scancel", str(train_id)], capture_output=True, timeout=30)
