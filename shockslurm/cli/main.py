@@ -24,6 +24,7 @@ from ..workload.reference import load_reference_workload, read_throughputs, refe
 from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
                                        generate_reference_like, write_reference_trace)
 from .bench import bench_group
+from .bench_live import live_cmd
 from .bench_switch import switch_cost_cmd
 from .config import config_group
 from .daemon import daemon_cmd
@@ -342,6 +343,7 @@ def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Pa
 
 
 bench_group.add_command(switch_cost_cmd)
+bench_group.add_command(live_cmd)
 cli.add_command(bench_group)
 cli.add_command(config_group)
 cli.add_command(db_group)
