@@ -4,6 +4,7 @@ the simulator's prediction for each (`shockslurm.livebench` explains the machine
 from __future__ import annotations
 
 import json
+import signal
 import tempfile
 from pathlib import Path
 
@@ -26,6 +27,10 @@ def _arms(value: str) -> list[str]:
         raise click.BadParameter(f"unknown arm(s) {unknown} (known: {NATIVE}, "
                                  f"{', '.join(REGISTRY)})", param_hint="'--arms'")
     return arms
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def cluster_nodes(partition: str) -> tuple[Node, ...]:
@@ -77,6 +82,8 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     from ..workload.jsonl import read_jobs
 
     arm_list = _arms(arms)
+    # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         nodes = cluster_nodes(partition)
         gpus = sum(n.gpus for n in nodes)
@@ -91,7 +98,12 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     shape = wl.summary(trace, gpus)
     click.echo(f"bench live: {shape}, time scale {time_scale}, rounds {round_seconds:g} s, "
                f"cluster {len(nodes)} nodes / {gpus} GPUs, work in {directory}", err=True)
-    results = []
+    results: list[dict] = []
+    document = {"workload": {**shape, "source": str(workload_path or "built-in"),
+                             "time_scale": time_scale},
+                "round_seconds": round_seconds, "grace_seconds": grace_seconds,
+                "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
+                "arms": results}
     for arm in arm_list:
         try:
             result = run_arm(arm, jobs, settings, gpus, echo=lambda m: click.echo(m, err=True))
@@ -102,14 +114,9 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
         click.echo(f"{arm}: makespan {result.get('makespan_s')} s, avg JCT "
                    f"{result.get('avg_jct_s')} s (simulated {result['simulated']['makespan_s']}"
                    f" / {result['simulated']['avg_jct_s']})", err=True)
+        if json_out is not None:     # after every arm: a later failure keeps the earlier ones
+            json_out.write_text(json.dumps(document, indent=2) + "\n")
     click.echo(markdown_table(results))
-    document = {"workload": {**shape, "source": str(workload_path or "built-in"),
-                             "time_scale": time_scale},
-                "round_seconds": round_seconds, "grace_seconds": grace_seconds,
-                "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
-                "arms": results}
-    if json_out is not None:
-        json_out.write_text(json.dumps(document, indent=2) + "\n")
     if plot_dir is not None:
         _plots(results, plot_dir)
 

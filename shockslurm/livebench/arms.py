@@ -254,6 +254,8 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
     watcher: Watcher | None = None
     lines: dict[int, JobLine] = {}
     lock = threading.Lock()
+    stopping = threading.Event()
+    pool: ThreadPoolExecutor | None = None
     try:
         if managed:
             config = arm_dir / "daemon.toml"
@@ -265,9 +267,8 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
         echo(f"{arm}: {len(jobs)} jobs, prefix {prefix}, logs in {arm_dir}")
 
         def submit(job: JobSpec) -> None:
-            delay = t0 + job.arrival_s - time.time()
-            if delay > 0:
-                time.sleep(delay)
+            if stopping.wait(max(0.0, t0 + job.arrival_s - time.time())):
+                return          # the arm is being torn down: submit nothing more
             name = f"{prefix}{job.job_id}"
             plan = arm_dir / "plans" / f"{name}.json"
             plan.write_text(StandinPlan.of(job).to_json())
@@ -279,22 +280,22 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
                                         job.gang_size)
 
         ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
-        with ThreadPoolExecutor(SUBMIT_WORKERS) as pool:
-            futures = [pool.submit(submit, j) for j in ordered]
-            deadline = t0 + settings.timeout_s
-            failed: list[int] = []
-            while time.time() < deadline:
-                time.sleep(1.0)
-                if daemon is not None:
-                    daemon.check_alive()
-                for f in futures:
-                    if f.done() and f.exception() is not None:
-                        raise f.exception()  # type: ignore[misc]
-                with lock:
-                    submitted = set(lines)
-                done, failed = _all_done(submitted, len(jobs), watcher.polls)
-                if done:
-                    break
+        pool = ThreadPoolExecutor(SUBMIT_WORKERS)
+        futures = [pool.submit(submit, j) for j in ordered]
+        deadline = t0 + settings.timeout_s
+        done, failed = False, []
+        while time.time() < deadline:
+            time.sleep(1.0)
+            if daemon is not None:
+                daemon.check_alive()
+            for f in futures:
+                if f.done() and f.exception() is not None:
+                    raise f.exception()  # type: ignore[misc]
+            with lock:
+                submitted = set(lines)
+            done, failed = _all_done(submitted, len(jobs), watcher.polls)
+            if done:
+                break
         until = time.time() - t0
         watcher.stop()
         result: dict[str, object] = {"arm": arm, "prefix": prefix, "wall_s": round(until, 1),
@@ -309,6 +310,9 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
                                           settings.round_seconds))
         return result
     finally:
+        stopping.set()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)   # a submission under way finishes
         if watcher is not None:
             watcher.stop()
         if daemon is not None:
