@@ -109,11 +109,12 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
             result = run_arm(arm, jobs, settings, gpus, echo=lambda m: click.echo(m, err=True))
         except ShockslurmError as exc:
             raise click.ClickException(f"arm {arm}: {exc}") from None
-        result["simulated"] = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result))
+        simulated = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result))
+        result["simulated"] = simulated
         results.append(result)
         click.echo(f"{arm}: makespan {result.get('makespan_s')} s, avg JCT "
-                   f"{result.get('avg_jct_s')} s (simulated {result['simulated']['makespan_s']}"
-                   f" / {result['simulated']['avg_jct_s']})", err=True)
+                   f"{result.get('avg_jct_s')} s (simulated {simulated['makespan_s']}"
+                   f" / {simulated['avg_jct_s']})", err=True)
         if json_out is not None:     # after every arm: a later failure keeps the earlier ones
             json_out.write_text(json.dumps(document, indent=2) + "\n")
     click.echo(markdown_table(results))

@@ -283,7 +283,8 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
         pool = ThreadPoolExecutor(SUBMIT_WORKERS)
         futures = [pool.submit(submit, j) for j in ordered]
         deadline = t0 + settings.timeout_s
-        done, failed = False, []
+        done = False
+        failed: list[int] = []
         while time.time() < deadline:
             time.sleep(1.0)
             if daemon is not None:

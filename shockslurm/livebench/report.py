@@ -28,7 +28,7 @@ def measured_switch_s(arm: Mapping[str, object]) -> float:
     for key in ("switch_usr1_to_successor_running_s", "switch_usr1_to_exit_s"):
         value = arm.get(key)
         if isinstance(value, Mapping) and value.get("median") is not None:
-            return float(value["median"])  # type: ignore[arg-type]
+            return float(str(value["median"]))
     return 0.0
 
 
@@ -40,11 +40,15 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                                  restart_overhead_s=0.0 if native else restart_overhead_s,
                                  min_resolve_interval_s=0.0, idle_unallocated=False)
     result = simulate(jobs, "fifo" if native else arm, config)
-    out = {k: round(v, 4) if isinstance(v, float) else v
-           for k, v in result.metrics.as_dict().items()}
+    out: dict[str, object] = {k: round(v, 4) if isinstance(v, float) else v
+                              for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
                restart_overhead_s=config.restart_overhead_s)
     return out
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _cell(value: object, fmt: str) -> str:
@@ -65,8 +69,8 @@ def markdown_table(arms: Sequence[Mapping[str, object]]) -> str:
     for key, label, fmt in COLUMNS:
         cells = []
         for a in arms:
-            sim = a.get("simulated") or {}
-            cells.append(f"{_cell(a.get(key), fmt)} ({_cell(sim.get(key), fmt)})")  # type: ignore[union-attr]
+            sim = _mapping(a.get("simulated"))
+            cells.append(f"{_cell(a.get(key), fmt)} ({_cell(sim.get(key), fmt)})")
         rows.append(f"| {label}, live (sim) | " + " | ".join(cells) + " |")
     rows.append("| stops | " + " | ".join(str(a.get("stops", "-")) for a in arms) + " |")
     rows.append("| switch USR1 -> successor RUNNING s, median / max | " + " | ".join(
@@ -77,6 +81,6 @@ def markdown_table(arms: Sequence[Mapping[str, object]]) -> str:
         _spread_cell(a.get("release_to_running_s")) for a in arms) + " |")
     for cause in ("pending_fits", "pending_too_big"):
         rows.append(f"| idle GPU-s, {cause.replace('_', ' ')} | " + " | ".join(
-            _cell((a.get("idle_gpu_s") or {}).get(cause), "{:.0f}")  # type: ignore[union-attr]
+            _cell(_mapping(a.get("idle_gpu_s")).get(cause), "{:.0f}")
             for a in arms) + " |")
     return "\n".join(rows)

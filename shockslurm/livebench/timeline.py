@@ -68,8 +68,8 @@ def job_runs(polls: Sequence[Poll]) -> dict[int, list[Run]]:
             if sample.state == RUNNING and job_id not in open_since:
                 open_since[job_id] = poll.t
         for job_id in list(open_since):
-            sample = poll.jobs.get(job_id)
-            if sample is None or sample.state != RUNNING:
+            seen = poll.jobs.get(job_id)
+            if seen is None or seen.state != RUNNING:
                 runs.setdefault(job_id, []).append(Run(open_since.pop(job_id), poll.t))
     for job_id, start in open_since.items():
         runs.setdefault(job_id, []).append(Run(start, None))

@@ -7,6 +7,7 @@ complete every job and the JSON must carry every field the README's table is mad
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from dataclasses import replace
@@ -57,9 +58,15 @@ def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
     managed = arms["shockwave"]
     assert all(field in managed for field in DAEMON_FIELDS), sorted(managed)
     assert managed["releases"] >= 5 and managed["daemon_rounds"] >= 5
-    # every stand-in reported through the spool and none was refused
-    assert not (tmp_path / "work" / "shockwave" / "spool.rejected").exists() or not any(
-        (tmp_path / "work" / "shockwave" / "spool.rejected").iterdir())
+    # every stand-in reported through the signed spool: the daemon stored its reports
+    rejected = tmp_path / "work" / "shockwave" / "spool.rejected"
+    assert not rejected.exists() or not any(rejected.iterdir())
+    with sqlite3.connect(tmp_path / "work" / "shockwave" / "store.db") as db:
+        (reporting,) = db.execute("SELECT COUNT(DISTINCT job_pk) FROM throughput_samples")\
+            .fetchone()
+        (epochs,) = db.execute("SELECT COUNT(*) FROM job_events WHERE kind = 'epoch_done'")\
+            .fetchone()
+    assert reporting == 5 and epochs > 0
     assert "| makespan s, live (sim) |" in result.stdout
     assert (tmp_path / "plots" / "rho-by-policy.png").exists()
     # nothing of either arm is left in Slurm
