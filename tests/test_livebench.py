@@ -17,7 +17,8 @@ import pytest
 from shockslurm.livebench.report import markdown_table, measured_switch_s, predict
 from shockslurm.livebench.timeline import (JobLine, Poll, Run, Sample, arm_metrics,
                                            completion_times, gpu_seconds, idle_gpu_seconds,
-                                           job_runs, plot_series, release_latencies, spread,
+                                           job_runs, plot_series, release_latencies,
+                                           released_wait_gpu_seconds, spread,
                                            switch_costs)
 from shockslurm.livebench.workload import StandinPlan, default_workload, scale, summary
 from shockslurm.model import parse_cluster_shape
@@ -83,6 +84,7 @@ def test_switch_cost_is_usr1_to_the_successor_running():
     (s,) = switch_costs(signals, releases, runs, round_s=20.0)
     assert (s.job_id, s.exit_s, s.successor_s) == (1, 2.0, 3.5)
     assert release_latencies(releases, runs) == [1.0, 17.0]
+    assert released_wait_gpu_seconds(releases, runs, {2: 4, 3: 2}) == 1.0 * 4 + 17.0 * 2
 
 
 def test_a_stop_without_a_successor_has_no_switch_time():

@@ -36,7 +36,7 @@ from ..model import JobSpec
 from ..slurm.cli_backend import CliBackend
 from ..slurm.types import JobState
 from .timeline import (JobLine, Poll, Sample, arm_metrics, job_runs, plot_series,
-                       release_latencies, spread, switch_costs)
+                       release_latencies, released_wait_gpu_seconds, spread, switch_costs)
 from .workload import StandinPlan
 
 NATIVE = "native"
@@ -299,7 +299,8 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
                 break
         until = time.time() - t0
         watcher.stop()
-        result: dict[str, object] = {"arm": arm, "prefix": prefix, "wall_s": round(until, 1),
+        result: dict[str, object] = {"arm": arm, "prefix": prefix, "started_unix": round(t0, 3),
+                                     "wall_s": round(until, 1),
                                      "timed_out": not done, "failed_jobs": sorted(failed),
                                      "squeue_polls": len(watcher.polls),
                                      "squeue_errors": watcher.errors}
@@ -309,6 +310,10 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
             daemon.stop()
             result.update(_switch_numbers(arm_dir / "store.db", t0, watcher.polls,
                                           settings.round_seconds))
+            makespan = result.get("makespan_s")
+            if isinstance(makespan, float) and makespan > 0:
+                result["released_wait_share"] = round(
+                    float(str(result["released_wait_gpu_s"])) / (capacity * makespan), 4)
         return result
     finally:
         stopping.set()
@@ -328,7 +333,9 @@ def _switch_numbers(db: Path, t0: float, polls: Sequence[Poll],
     signals, releases, rounds = _daemon_events(db, t0)
     runs = job_runs(polls)
     switches = switch_costs(signals, releases, runs, round_s)
-    return {"daemon_rounds": rounds, "signals": len(signals), "releases": len(releases),
+    gpus = {job_id: s.gpus for p in polls for job_id, s in p.jobs.items()}
+    return {"released_wait_gpu_s": round(released_wait_gpu_seconds(releases, runs, gpus), 1),
+            "daemon_rounds": rounds, "signals": len(signals), "releases": len(releases),
             "switch_usr1_to_exit_s": spread([s.exit_s for s in switches
                                              if s.exit_s is not None]),
             "switch_usr1_to_successor_running_s": spread(

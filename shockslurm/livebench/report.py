@@ -79,6 +79,9 @@ def markdown_table(arms: Sequence[Mapping[str, object]]) -> str:
         _spread_cell(a.get("switch_usr1_to_exit_s")) for a in arms) + " |")
     rows.append("| release -> RUNNING s, median / max | " + " | ".join(
         _spread_cell(a.get("release_to_running_s")) for a in arms) + " |")
+    rows.append("| released job waiting to run, GPU-s (share of capacity) | " + " | ".join(
+        f"{_cell(a.get('released_wait_gpu_s'), '{:.0f}')} "
+        f"({_cell(a.get('released_wait_share'), '{:.1%}')})" for a in arms) + " |")
     for cause in ("pending_fits", "pending_too_big"):
         rows.append(f"| idle GPU-s, {cause.replace('_', ' ')} | " + " | ".join(
             _cell(_mapping(a.get("idle_gpu_s")).get(cause), "{:.0f}")

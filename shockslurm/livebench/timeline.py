@@ -140,12 +140,29 @@ def switch_costs(signals: Iterable[tuple[float, int]], releases: Iterable[tuple[
 def release_latencies(releases: Iterable[tuple[float, int]],
                       runs: Mapping[int, Sequence[Run]]) -> list[float]:
     """Release -> RUNNING of each released job (Slurm's own start latency under the daemon)."""
-    out = []
+    return _released_with_waits(releases, runs)[1]
+
+
+def released_wait_gpu_seconds(releases: Iterable[tuple[float, int]],
+                              runs: Mapping[int, Sequence[Run]],
+                              gpus: Mapping[int, int]) -> float:
+    """GPU-seconds that released jobs held in reserve while not yet RUNNING: each release's
+    wait for its start times the job's GPUs (the GPUs the plan gave it sat idle meanwhile)."""
+    gangs = dict(gpus)
+    return sum(wait * gangs.get(job_id, 0) for (_, job_id), wait in
+               zip(*_released_with_waits(releases, runs)))
+
+
+def _released_with_waits(releases: Iterable[tuple[float, int]],
+                         runs: Mapping[int, Sequence[Run]]
+                         ) -> tuple[list[tuple[float, int]], list[float]]:
+    kept, waits = [], []
     for t_rel, job_id in releases:
         starts = [r.start for r in runs.get(job_id, ()) if r.start >= t_rel]
         if starts:
-            out.append(min(starts) - t_rel)
-    return out
+            kept.append((t_rel, job_id))
+            waits.append(min(starts) - t_rel)
+    return kept, waits
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:
