@@ -173,3 +173,30 @@ def test_standin_resumes_after_usr1(tmp_path: Path):
     change = next(r for r in reports if r["kind"] == "batch_size_change")
     assert (change["old_batch_size"], change["new_batch_size"], change["epoch"]) == (32, 64, 2)
     assert not math.isnan(max(r["time_s"] for r in reports))
+
+
+@pytest.mark.parametrize("policy", ["shockwave", "max_min_fairness", "fifo"])
+def test_generated_daemon_config_is_valid(tmp_path: Path, policy: str):
+    from shockslurm.livebench.arms import ArmSettings, daemon_config
+    from shockslurm.ops.config import load_config
+
+    path = tmp_path / "daemon.toml"
+    path.write_text(daemon_config(policy, ArmSettings(workdir=tmp_path, round_seconds=7.5),
+                                  tmp_path, "lbab12-x-"))
+    cfg = load_config(path, {})
+    assert (cfg.policy, cfg.round_seconds, cfg.job_name_prefix) == (policy, 7.5, "lbab12-x-")
+    assert cfg.spool_dir == str(tmp_path / "spool") and cfg.metrics_port == 0
+    if policy == "max_min_fairness":     # the Gavel gate is off, as in the prediction
+        settings = cfg.policy_settings()
+        assert settings.min_resolve_interval_s == 0 and not settings.idle_unallocated
+
+
+def test_an_arm_is_done_when_every_job_finished():
+    from shockslurm.livebench.arms import _all_done
+
+    assert _all_done({1, 2}, 2, TIMELINE[:4]) == (False, [])     # still running
+    assert _all_done({1}, 2, TIMELINE) == (False, [])           # one not submitted yet
+    assert _all_done({1, 2}, 2, TIMELINE) == (True, [])         # 2 vanished after COMPLETED
+    assert _all_done({1, 4}, 2, TIMELINE) == (False, [])        # 4 not seen by squeue yet
+    failed = polls((0.0, {1: (R, 1)}), (1.0, {1: ("FAILED", 1)}))
+    assert _all_done({1}, 1, failed) == (True, [1])
