@@ -35,8 +35,9 @@ from ..errors import ShockslurmError
 from ..model import JobSpec
 from ..slurm.cli_backend import CliBackend
 from ..slurm.types import JobState
-from .timeline import (JobLine, Poll, Sample, arm_metrics, job_runs, plot_series,
-                       release_latencies, released_wait_gpu_seconds, spread, switch_costs)
+from .timeline import (JobLine, Poll, Sample, arm_metrics, completion_times, job_runs,
+                       plot_series, release_latencies, released_wait_gpu_seconds, spread,
+                       switch_costs)
 from .workload import StandinPlan
 
 NATIVE = "native"
@@ -282,10 +283,9 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
         ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
         pool = ThreadPoolExecutor(SUBMIT_WORKERS)
         futures = [pool.submit(submit, j) for j in ordered]
-        deadline = t0 + settings.timeout_s
         done = False
         failed: list[int] = []
-        while time.time() < deadline:
+        while time.time() < t0 + settings.timeout_s and not done:
             time.sleep(1.0)
             if daemon is not None:
                 daemon.check_alive()
@@ -295,8 +295,6 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
             with lock:
                 submitted = set(lines)
             done, failed = _all_done(submitted, len(jobs), watcher.polls)
-            if done:
-                break
         until = time.time() - t0
         watcher.stop()
         result: dict[str, object] = {"arm": arm, "prefix": prefix, "started_unix": round(t0, 3),
@@ -309,11 +307,7 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
         if daemon is not None:
             daemon.stop()
             result.update(_switch_numbers(arm_dir / "store.db", t0, watcher.polls,
-                                          settings.round_seconds))
-            makespan = result.get("makespan_s")
-            if isinstance(makespan, float) and makespan > 0:
-                result["released_wait_share"] = round(
-                    float(str(result["released_wait_gpu_s"])) / (capacity * makespan), 4)
+                                          settings.round_seconds, capacity))
         return result
     finally:
         stopping.set()
@@ -328,13 +322,18 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
             echo(f"{arm}: cancelled {len(cancelled)} leftover job(s)")
 
 
-def _switch_numbers(db: Path, t0: float, polls: Sequence[Poll],
-                    round_s: float) -> dict[str, object]:
+def _switch_numbers(db: Path, t0: float, polls: Sequence[Poll], round_s: float,
+                    capacity: int) -> dict[str, object]:
+    """The daemon arm's stops and starts: the store's intents against the poll timeline."""
     signals, releases, rounds = _daemon_events(db, t0)
     runs = job_runs(polls)
     switches = switch_costs(signals, releases, runs, round_s)
     gpus = {job_id: s.gpus for p in polls for job_id, s in p.jobs.items()}
-    return {"released_wait_gpu_s": round(released_wait_gpu_seconds(releases, runs, gpus), 1),
+    waited = released_wait_gpu_seconds(releases, runs, gpus)
+    done = completion_times(polls)
+    makespan = max(done.values()) if done else 0.0     # the arm's jobs arrive from t0 on
+    return {"released_wait_gpu_s": round(waited, 1),
+            "released_wait_share": round(waited / (capacity * makespan), 4) if makespan else None,
             "daemon_rounds": rounds, "signals": len(signals), "releases": len(releases),
             "switch_usr1_to_exit_s": spread([s.exit_s for s in switches
                                              if s.exit_s is not None]),

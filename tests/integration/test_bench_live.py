@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slurm
 ARM_FIELDS = ("makespan_s", "avg_jct_s", "p99_jct_s", "worst_rho", "median_rho", "utilization",
               "stops", "idle_gpu_s", "simulated", "completed", "jobs", "series")
 DAEMON_FIELDS = ("signals", "releases", "daemon_rounds", "switch_usr1_to_exit_s",
-                 "switch_usr1_to_successor_running_s", "release_to_running_s")
+                 "switch_usr1_to_successor_running_s", "release_to_running_s",
+                 "released_wait_gpu_s", "released_wait_share")
 
 
 def _tiny_workload(path: Path) -> None:
