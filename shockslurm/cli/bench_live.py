@@ -1,0 +1,133 @@
+"""`shockslurm bench live`: replay a workload on the real Slurm cluster, arm after arm, beside
+the simulator's prediction for each (`shockslurm.livebench` explains the machinery)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import ShockslurmError
+from ..model import Node
+from ..policies import REGISTRY
+
+DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
+DEFAULT_TIME_SCALE = 0.25
+
+
+def _arms(value: str) -> list[str]:
+    from ..livebench.arms import NATIVE
+
+    arms = [a.strip() for a in value.split(",") if a.strip()]
+    unknown = [a for a in arms if a != NATIVE and a not in REGISTRY]
+    if not arms or unknown:
+        raise click.BadParameter(f"unknown arm(s) {unknown} (known: {NATIVE}, "
+                                 f"{', '.join(REGISTRY)})", param_hint="'--arms'")
+    return arms
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def cluster_nodes(partition: str) -> tuple[Node, ...]:
+    """The partition's usable GPU nodes, as the simulator's `Node`s (one `sinfo --json`)."""
+    from ..slurm.cli_backend import CliBackend
+
+    nodes = tuple(Node(n.name, n.gpus) for n in sorted(CliBackend().nodes(), key=lambda n: n.name)
+                  if partition in n.partitions and n.gpus > 0 and n.usable)
+    if not nodes:
+        raise click.ClickException(f"partition {partition!r} has no usable GPU nodes")
+    return nodes
+
+
+@click.command("live")
+@click.option("--workload", "workload_path", type=click.Path(exists=True, dir_okay=False,
+                                                                path_type=Path),
+              help="A workload in our JSONL format (trace seconds). Default: the built-in one "
+                   "(24 generated jobs, static/gns/accordion, ~1.5x the cluster's GPUs).")
+@click.option("--arms", default=DEFAULT_ARMS, show_default=True,
+              help="Comma-separated: `native` (plain Slurm) and/or policies run by the daemon.")
+@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_TIME_SCALE, show_default=True,
+              help="Real seconds per trace second.")
+@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=20.0,
+              show_default=True, help="The daemon's round length (real seconds).")
+@click.option("--grace-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="The daemon's longest wait between USR1 and requeue.")
+@click.option("--partition", default="gpu", show_default=True,
+              help="The managed partition (the daemon's).")
+@click.option("--native-partition", default="urgent", show_default=True,
+              help="A partition on the same nodes that job_submit.lua leaves alone.")
+@click.option("--arm-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+              help="Seconds after which an arm is stopped unfinished.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where plans, job logs, stores and daemon logs go (default: a new temporary "
+                   "directory, kept).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write every arm's numbers (and the workload's shape) as JSON.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write per-arm timeline and utilisation charts and rho-by-arm there.")
+def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_seconds: float,
+             grace_seconds: float, partition: str, native_partition: str, arm_timeout: float,
+             workdir: Path | None, json_out: Path | None, plot_dir: Path | None) -> None:
+    """Replay a workload on the real Slurm cluster: plain Slurm and each policy through the
+    daemon, one arm after another, with the simulator's prediction beside each."""
+    from ..livebench import workload as wl
+    from ..livebench.arms import ArmSettings, run_arm
+    from ..livebench.report import markdown_table, measured_switch_s, predict
+    from ..workload.jsonl import read_jobs
+
+    arm_list = _arms(arms)
+    # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        nodes = cluster_nodes(partition)
+        gpus = sum(n.gpus for n in nodes)
+        trace = read_jobs(workload_path) if workload_path else wl.default_workload(gpus)
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    jobs = wl.scale(trace, time_scale)
+    directory = workdir or Path(tempfile.mkdtemp(prefix="shockslurm-benchlive-"))
+    settings = ArmSettings(workdir=directory, round_seconds=round_seconds,
+                           grace_seconds=grace_seconds, managed_partition=partition,
+                           native_partition=native_partition, timeout_s=arm_timeout)
+    shape = wl.summary(trace, gpus)
+    click.echo(f"bench live: {shape}, time scale {time_scale}, rounds {round_seconds:g} s, "
+               f"cluster {len(nodes)} nodes / {gpus} GPUs, work in {directory}", err=True)
+    results: list[dict] = []
+    document = {"workload": {**shape, "source": str(workload_path or "built-in"),
+                             "time_scale": time_scale},
+                "round_seconds": round_seconds, "grace_seconds": grace_seconds,
+                "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
+                "arms": results}
+    for arm in arm_list:
+        try:
+            result = run_arm(arm, jobs, settings, gpus, echo=lambda m: click.echo(m, err=True))
+        except ShockslurmError as exc:
+            raise click.ClickException(f"arm {arm}: {exc}") from None
+        simulated = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result))
+        result["simulated"] = simulated
+        results.append(result)
+        click.echo(f"{arm}: makespan {result.get('makespan_s')} s, avg JCT "
+                   f"{result.get('avg_jct_s')} s (simulated {simulated['makespan_s']}"
+                   f" / {simulated['avg_jct_s']})", err=True)
+        if json_out is not None:     # after every arm: a later failure keeps the earlier ones
+            json_out.write_text(json.dumps(document, indent=2) + "\n")
+    click.echo(markdown_table(results))
+    if plot_dir is not None:
+        _plots(results, plot_dir)
+
+
+def _plots(results: list[dict], plot_dir: Path) -> None:
+    from ..ops.plots import RunSeries, write_run_plots
+
+    series = [RunSeries(label=str(r["arm"]), policy=str(r["arm"]),
+                        timeline=[tuple(b) for b in r["series"]["timeline"]],
+                        utilisation=[tuple(s) for s in r["series"]["utilisation"]],
+                        rho=list(r["series"]["rho"])) for r in results]
+    for path in write_run_plots(series, plot_dir):
+        click.echo(f"wrote {path}", err=True)

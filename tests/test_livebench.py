@@ -1,0 +1,202 @@
+"""`shockslurm bench live`'s arithmetic on hand-made poll timelines, its default workload, and
+the stand-in job (a real subprocess: USR1 saves and exits 0, the next run resumes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shockslurm.livebench.report import markdown_table, measured_switch_s, predict
+from shockslurm.livebench.timeline import (JobLine, Poll, Run, Sample, arm_metrics,
+                                           completion_times, gpu_seconds, idle_gpu_seconds,
+                                           job_runs, plot_series, release_latencies,
+                                           released_wait_gpu_seconds, spread,
+                                           switch_costs)
+from shockslurm.livebench.workload import StandinPlan, default_workload, scale, summary
+from shockslurm.model import parse_cluster_shape
+from shockslurm.sim.metrics import JobOutcome, compute_metrics
+
+R, P, C = "RUNNING", "PENDING", "COMPLETED"
+
+
+def polls(*rows: tuple[float, dict[int, tuple[str, int]]]) -> list[Poll]:
+    return [Poll(t, {j: Sample(s, g) for j, (s, g) in jobs.items()}) for t, jobs in rows]
+
+
+# Job 1 (4 GPUs) runs 0-10, is stopped (pending 10-12), runs 12-20 and completes.
+# Job 2 (8 GPUs) waits 0-10, runs 10-16, completes; job 3 (2 GPUs) arrives at 2, never runs.
+TIMELINE = polls(
+    (0.0, {1: (R, 4), 2: (P, 8)}),
+    (2.0, {1: (R, 4), 2: (P, 8), 3: (P, 2)}),
+    (10.0, {1: (P, 4), 2: (R, 8), 3: (P, 2)}),
+    (12.0, {1: (R, 4), 2: (R, 8), 3: (P, 2)}),
+    (16.0, {1: (R, 4), 2: (C, 8), 3: (P, 2)}),
+    (20.0, {1: (C, 4), 3: (P, 2)}),
+)
+
+
+def test_runs_follow_the_polls():
+    assert job_runs(TIMELINE) == {1: [Run(0.0, 10.0), Run(12.0, 20.0)], 2: [Run(10.0, 16.0)]}
+
+
+def test_a_job_still_running_has_an_open_run():
+    runs = job_runs(polls((0.0, {5: (P, 1)}), (1.0, {5: (R, 1)}), (2.0, {5: (R, 1)})))
+    assert runs == {5: [Run(1.0, None)]}
+    assert runs[5][0].length(until=4.0) == 3.0
+
+
+def test_completion_is_the_end_of_the_last_run_of_a_completed_job():
+    # job 2 disappears after COMPLETED, job 1 ends COMPLETED; job 3 never completes
+    assert completion_times(TIMELINE) == {1: 20.0, 2: 16.0}
+
+
+def test_a_job_that_vanished_while_running_completed_but_a_cancelled_one_did_not():
+    tl = polls((0.0, {1: (R, 1), 2: (R, 1)}), (1.0, {2: ("CANCELLED", 1)}))
+    assert completion_times(tl) == {1: 1.0}
+
+
+def test_gpu_seconds_multiply_run_length_by_gang():
+    runs = job_runs(TIMELINE)
+    assert gpu_seconds(runs, {1: 4, 2: 8}, until=20.0) == 4 * 18 + 8 * 6
+
+
+def test_idle_gpu_seconds_by_cause():
+    idle = idle_gpu_seconds(TIMELINE, capacity=10, until=20.0)
+    # 0-2: 6 idle, job 2 (8) pending does not fit -> too big: 12
+    # 2-10: 6 idle, job 3 (2) fits -> fits: 48
+    # 10-12: 2 idle, job 3 (2) fits: 4;  12-16: 12 > 10 running -> 0 idle
+    # 16-20: 6 idle, job 3 fits: 24
+    assert idle == {"pending_fits": 48 + 4 + 24, "pending_too_big": 12.0, "no_pending": 0.0}
+
+
+def test_switch_cost_is_usr1_to_the_successor_running():
+    runs = {1: [Run(0.0, 10.0), Run(30.0, 40.0)], 2: [Run(11.5, 20.0)], 3: [Run(50.0, 60.0)]}
+    signals = [(8.0, 1)]
+    releases = [(10.5, 2), (8.0 + 25.0, 3)]   # job 3's release is a later round's
+    (s,) = switch_costs(signals, releases, runs, round_s=20.0)
+    assert (s.job_id, s.exit_s, s.successor_s) == (1, 2.0, 3.5)
+    assert release_latencies(releases, runs) == [1.0, 17.0]
+    assert released_wait_gpu_seconds(releases, runs, {2: 4, 3: 2}) == 1.0 * 4 + 17.0 * 2
+
+
+def test_a_stop_without_a_successor_has_no_switch_time():
+    (s,) = switch_costs([(5.0, 1)], [], {1: [Run(0.0, 6.0)]}, round_s=10.0)
+    assert s.exit_s == 1.0 and s.successor_s is None
+
+
+def test_spread():
+    assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "max": 3.0, "n": 3}
+    assert spread([]) == {"median": None, "max": None, "n": 0}
+
+
+def test_arm_metrics_are_the_simulators_definitions():
+    lines = [JobLine(1, 0.0, 12.0, 4), JobLine(2, 0.0, 6.0, 8), JobLine(3, 2.0, 5.0, 2)]
+    out = arm_metrics(lines, TIMELINE, capacity=10, until=20.0)
+    expected = compute_metrics([JobOutcome(1, 0.0, 20.0, 12.0, 4),
+                                JobOutcome(2, 0.0, 16.0, 6.0, 8)], 10, 4 * 18 + 8 * 6,
+                               trace_jobs=3)
+    assert out["completed"] == 2 and out["jobs"] == 3 and out["stops"] == 1
+    assert out["makespan_s"] == pytest.approx(expected.makespan_s) == 20.0
+    assert out["avg_jct_s"] == pytest.approx(18.0)
+    assert out["utilization"] == pytest.approx(round(120 / 200, 4))
+    assert out["worst_rho"] == pytest.approx(round(expected.worst_rho, 4))
+    series = plot_series(lines, TIMELINE, 10, 20.0)
+    assert len(series["timeline"]) == 3 and series["utilisation"][3][1:] == (12, 10)
+    assert sorted(series["rho"]) == pytest.approx(sorted([20 / 12, 16 / 6]))
+
+
+def test_default_workload_shape():
+    jobs = default_workload(32)
+    shape = summary(jobs, 32)
+    assert len(jobs) >= 24
+    assert {"static", "gns", "accordion"} <= set(shape["modes"])
+    assert 1.3 <= shape["oversubscription"] <= 1.7
+    assert shape["last_arrival_s"] == pytest.approx(shape["work_bound_s"] / 3, rel=0.01)
+    assert any(len(set(j.batch_sizes)) > 1 for j in jobs)     # dynamic adaptation present
+    for j in jobs:   # the spec stays consistent: durations follow the throughputs
+        for b, d in zip(j.batch_sizes, j.epoch_durations):
+            assert d == pytest.approx(j.epoch_duration_at(b))
+    assert default_workload(32) == jobs                       # fixed seed
+
+
+def test_scaling_keeps_specs_consistent_and_predictions_run():
+    jobs = scale(default_workload(32)[:6], 0.1)
+    j = jobs[0]
+    assert j.epoch_durations[0] == pytest.approx(j.epoch_duration_at(j.batch_sizes[0]))
+    nodes = parse_cluster_shape("4x8")
+    native = predict(jobs, "native", nodes, 20.0, 0.0)
+    shock = predict(jobs, "shockwave", nodes, 20.0, 3.0)
+    assert native["policy"] == "fifo" and native["restart_overhead_s"] == 0.0
+    assert shock["policy"] == "shockwave" and shock["round_s"] == 20.0
+    arm = {"arm": "shockwave", "makespan_s": 100.0, "simulated": shock,
+           "switch_usr1_to_successor_running_s": {"median": 3.0, "max": 4.0, "n": 2}}
+    assert measured_switch_s(arm) == 3.0
+    table = markdown_table([arm])
+    assert "| makespan s, live (sim) | 100 (" in table and "3.0 / 4.0" in table
+
+
+def test_standin_resumes_after_usr1(tmp_path: Path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(StandinPlan((0.6, 0.6, 0.6), (32, 32, 64), 1000, 1).to_json())
+    state = tmp_path / "state.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOCKSLURM_", "SLURM_"))}
+    env["SHOCKSLURM_SPOOL"] = str(tmp_path / "spool")
+    argv = [sys.executable, "-m", "shockslurm.livebench.standin", "--plan", str(plan),
+            "--state", str(state), "--report-seconds", "0.1"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("start restart=0")
+    time.sleep(0.9)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and time.monotonic() - t0 < 1.0
+    assert out.startswith("got SIGUSR1 at epoch 1")
+    saved = json.loads(state.read_text())
+    assert saved["epoch"] == 1 and 0.2 < saved["into_epoch_s"] < 0.6
+    t1 = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=10)
+    took = time.monotonic() - t1
+    assert done.returncode == 0 and "done at epoch 3" in done.stdout, done.stdout
+    remaining = 0.6 * (3 - saved["epoch"]) - saved["into_epoch_s"]
+    assert remaining <= took < remaining + 2.0          # only the rest of the plan ran
+    reports = [json.loads(p.read_text()) for p in (tmp_path / "spool").glob("*.json")]
+    kinds = {r["kind"] for r in reports}
+    assert {"throughput", "epoch_done", "batch_size_change", "checkpoint"} <= kinds
+    change = next(r for r in reports if r["kind"] == "batch_size_change")
+    assert (change["old_batch_size"], change["new_batch_size"], change["epoch"]) == (32, 64, 2)
+    assert not math.isnan(max(r["time_s"] for r in reports))
+
+
+@pytest.mark.parametrize("policy", ["shockwave", "max_min_fairness", "fifo"])
+def test_generated_daemon_config_is_valid(tmp_path: Path, policy: str):
+    from shockslurm.livebench.arms import ArmSettings, daemon_config
+    from shockslurm.ops.config import load_config
+
+    path = tmp_path / "daemon.toml"
+    path.write_text(daemon_config(policy, ArmSettings(workdir=tmp_path, round_seconds=7.5),
+                                  tmp_path, "lbab12-x-"))
+    cfg = load_config(path, {})
+    assert (cfg.policy, cfg.round_seconds, cfg.job_name_prefix) == (policy, 7.5, "lbab12-x-")
+    assert cfg.spool_dir == str(tmp_path / "spool") and cfg.metrics_port == 0
+    if policy == "max_min_fairness":     # the Gavel gate is off, as in the prediction
+        settings = cfg.policy_settings()
+        assert settings.min_resolve_interval_s == 0 and not settings.idle_unallocated
+
+
+def test_an_arm_is_done_when_every_job_finished():
+    from shockslurm.livebench.arms import _all_done
+
+    assert _all_done({1, 2}, 2, TIMELINE[:4]) == (False, [])     # still running
+    assert _all_done({1}, 2, TIMELINE) == (False, [])           # one not submitted yet
+    assert _all_done({1, 2}, 2, TIMELINE) == (True, [])         # 2 vanished after COMPLETED
+    assert _all_done({1, 4}, 2, TIMELINE) == (False, [])        # 4 not seen by squeue yet
+    failed = polls((0.0, {1: (R, 1)}), (1.0, {1: ("FAILED", 1)}))
+    assert _all_done({1}, 1, failed) == (True, [1])
