@@ -350,7 +350,7 @@ class DaemonRunner:
                     continue
                 if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
                     continue
-                if cluster.wants_early_round():     # type: ignore[attr-defined]
+                if cluster.wants_early_round():
                     self.early_rounds += 1
                     break
         return rounds
@@ -358,10 +358,8 @@ class DaemonRunner:
     def _event_poll_s(self, retry: float | None) -> float | None:
         """Seconds between event polls while waiting for the next round, or None for no poll:
         polling is off (`event_poll_seconds = 0`), the last attempt did not run a round (a
-        standby, an outage, a stale snapshot: it waits out its delay), or the cluster has no
-        events (a simulated one)."""
+        standby, an outage, a stale snapshot: it waits out its delay)."""
         poll = self.cfg.event_poll_seconds
-        if (poll <= 0 or retry is not None or self.leading is False
-                or not hasattr(self.daemon.cluster, "wants_early_round")):
+        if poll <= 0 or retry is not None or self.leading is False:
             return None
         return poll
