@@ -184,8 +184,8 @@ def format_table(results: list[SimResult]) -> str:
 def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
                  profiles: Path | None, gpus: int | None, cluster_shape: str | None, policy: str,
                  round_seconds: float, restart_overhead: float, fill_on_completion: bool,
-                 adaptation: str, resolve_interval: float, idle_new_jobs: bool, policy_config: Path | None,
-                 policy_option: tuple[str, ...],
+                 adaptation: str, resolve_interval: float, idle_new_jobs: bool,
+                 policy_config: Path | None, policy_option: tuple[str, ...],
                  json_out: Path | None, progress: bool, db_url: str | None,
                  plot_dir: Path | None) -> None:
     """Simulate policies on a workload and print makespan, JCT, fairness and utilisation."""
