@@ -81,6 +81,18 @@ def test_simulate_on_nodes(tmp_path) -> None:
     assert pooled.exit_code == 0 and json.loads(out.read_text())["cluster"] == "pool"
 
 
+def test_simulate_fill_on_completion(tmp_path) -> None:
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--gpus", "8",
+                                      "--fill-on-completion", "--no-progress", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "freed GPUs filled at once" in result.output
+    assert json.loads(out.read_text())["fill_on_completion"] is True
+    plain = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--gpus", "8",
+                                     "--no-progress", "--json", str(out)])
+    assert plain.exit_code == 0 and "fill_on_completion" not in json.loads(out.read_text())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--cluster", "4x"], "Invalid value for --cluster: bad cluster group '4x'"),
     (["--cluster", "2x0"], "Invalid value for --cluster"),

@@ -169,3 +169,50 @@ def test_a_job_moved_to_another_node_pays_the_restart_overhead() -> None:
     # one of the two 2-GPU jobs moved to make room for the 4-GPU gang: it lost 20 s of round 2
     done = sorted(cluster.sim_jobs[j].iterations_done for j in (1, 2))
     assert done == [340, 360]
+
+
+# ------------------------------------------------------------------ fill_on_completion
+def _three(arrival_c: float = 0.0):
+    """On 2 GPUs under FIFO: A (30 s) and B (240 s) run, C (100 s) waits."""
+    return [make_spec(0, epochs=1, bs=10, samples=300, ips=1.0),
+            make_spec(1, epochs=2, bs=10, samples=1200, ips=1.0),
+            make_spec(2, epochs=1, bs=10, samples=1000, ips=1.0, arrival=arrival_c)]
+
+
+@pytest.mark.parametrize("arrival_c", [0.0, 10.0])
+def test_fill_on_completion_starts_the_waiting_job_when_one_finishes(arrival_c: float) -> None:
+    ref = simulate(_three(arrival_c), "fifo", SimConfig(gpus=2))
+    # the reference: C starts at the round boundary (120 s, a short run: no overhead)
+    assert _outcome(ref, 2).completion_s == pytest.approx(220.0)
+    fill = simulate(_three(arrival_c), "fifo", SimConfig(gpus=2, fill_on_completion=True))
+    # live-like: a round at A's end (30 s); C pays its 20 s restart, then runs 100 s
+    assert [round(r.start_s) for r in fill.rounds][:2] == [0, 30]
+    assert _outcome(fill, 2).completion_s == pytest.approx(150.0)
+    # B was cut at 30 s and went on without a restart: it ends when it would have
+    assert _outcome(fill, 1).completion_s == pytest.approx(_outcome(ref, 1).completion_s)
+    free = simulate(_three(arrival_c), "fifo",
+                    SimConfig(gpus=2, fill_on_completion=True, restart_overhead_s=0))
+    assert _outcome(free, 2).completion_s == pytest.approx(130.0)
+
+
+def test_fill_on_completion_without_a_waiting_job_keeps_the_rounds() -> None:
+    jobs = _three()[:2]
+    ref = simulate(jobs, "fifo", SimConfig(gpus=2))
+    fill = simulate(jobs, "fifo", SimConfig(gpus=2, fill_on_completion=True))
+    assert [r.start_s for r in fill.rounds] == [r.start_s for r in ref.rounds]
+    assert [o.completion_s for o in fill.outcomes] == [o.completion_s for o in ref.outcomes]
+
+
+def test_fill_on_completion_a_run_cut_during_its_restart_owes_the_rest() -> None:
+    # On 2 GPUs under FIFO, B ends 10 s into the restart of C (which took A's GPU): the early
+    # round cuts C there, and C then owes the other 10 s of its 20 s restart, not 20 again.
+    a = make_spec(0, epochs=1, bs=10, samples=300, ips=1.0)           # 0-30
+    b = make_spec(1, epochs=1, bs=10, samples=400, ips=1.0)           # 0-40
+    c = make_spec(2, epochs=1, bs=10, samples=1000, ips=1.0)          # waits
+    d = make_spec(3, epochs=1, bs=10, samples=500, ips=1.0)           # waits
+    r = simulate([a, b, c, d], "fifo", SimConfig(gpus=2, fill_on_completion=True))
+    # 30 s: C replaces A (restart until 50 s); 40 s: D replaces B, C is cut 10 s into its
+    # restart and keeps going (10 s owed): C runs from 50 s, D from 60 s
+    assert [round(x.start_s) for x in r.rounds][:3] == [0, 30, 40]
+    assert _outcome(r, 2).completion_s == pytest.approx(150.0)
+    assert _outcome(r, 3).completion_s == pytest.approx(110.0)

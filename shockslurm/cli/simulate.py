@@ -124,6 +124,11 @@ def format_table(results: list[SimResult]) -> str:
               show_default=True, help="Round length.")
 @click.option("--restart-overhead", type=click.FloatRange(min=0), default=20.0, show_default=True,
               help="Seconds lost by a job that runs after not running in the previous round.")
+@click.option("--fill-on-completion/--round-boundaries", default=False, show_default=True,
+              help="--fill-on-completion simulates the live daemon's event-driven rounds: GPUs a "
+                   "finishing job frees are re-planned at once when jobs wait (and restarts "
+                   "cost their overhead whatever the run's length). The default follows the "
+                   "reference simulator: jobs start only at round boundaries.")
 @click.option("--adaptation", type=click.Choice(("auto",) + ADAPTATION_MODES), default="auto",
               show_default=True,
               help="How simulated jobs change batch size: 'reference' follows the reference "
@@ -158,7 +163,8 @@ def format_table(results: list[SimResult]) -> str:
 @click.pass_context
 def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
                  profiles: Path | None, gpus: int | None, cluster_shape: str | None, policy: str,
-                 round_seconds: float, restart_overhead: float, adaptation: str,
+                 round_seconds: float, restart_overhead: float, fill_on_completion: bool,
+                 adaptation: str,
                  resolve_interval: float, idle_new_jobs: bool, policy_config: Path | None,
                  policy_option: tuple[str, ...],
                  json_out: Path | None, progress: bool, db_url: str | None,
@@ -193,7 +199,8 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
             adaptation = "reference" if trace is not None and not is_jsonl(trace) else "profile"
         config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
                            adaptation=adaptation, min_resolve_interval_s=resolve_interval,
-                           idle_unallocated=idle_new_jobs, nodes=nodes)
+                           idle_unallocated=idle_new_jobs, nodes=nodes,
+                           fill_on_completion=fill_on_completion)
         results = []
         for name in names:
             bar = DelayedProgress(f"{name:>22}") if progress else None
@@ -209,7 +216,8 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
     click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
                f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
                f"re-solve every {resolve_interval:g} s"
-               f"{', new jobs wait for it' if idle_new_jobs else ''}")
+               f"{', new jobs wait for it' if idle_new_jobs else ''}"
+               f"{'; freed GPUs filled at once' if fill_on_completion else ''}")
     for name, opts in per_policy.items():
         if opts:
             click.echo(f"{name} options: "

@@ -30,6 +30,15 @@ Crash safety and outages (`DaemonRunner.run`):
   round of the leader's death. The lock is re-checked before every Slurm action
   (`SlurmCluster.may_act`): a leader that lost it stops at once. Transitions are logged once
   each; the metric `shockslurm_leader` is 1 while this process leads.
+
+Event-driven rounds: GPUs a completion frees are filled at once, not a round later. While it
+waits for the next round, a leader whose last round ran asks the cluster every
+`event_poll_seconds` (`SlurmCluster.wants_early_round`: one `squeue --json` read) whether a job
+of the last plan finished while others of ours are pending; if so, the next round starts now.
+An early round is a normal round at the current time (the next one follows a whole round after
+it): policies that count rounds (Shockwave's window, `resolve_every`, the fairness series'
+weights) count it as one, and Shockwave re-solves on the completion anyway. A standby, a round
+cut short by an outage or a stale snapshot never polls; a failed read is "no event".
 """
 
 from __future__ import annotations
@@ -99,6 +108,7 @@ class DaemonRunner:
         self.store_down_since: float | None = None    # monotonic, while the store is down
         self.failures = 0                             # consecutive failed attempts (Slurm)
         self.outages = {"slurm": 0, "store": 0}
+        self.early_rounds = 0                         # rounds started early by an event
         self.monotonic = time.monotonic
         self.backoff_start_s = OUTAGE_BACKOFF_START_S
         self.backoff_max_s = OUTAGE_BACKOFF_MAX_S
@@ -334,5 +344,22 @@ class DaemonRunner:
                 self._wake.clear()
                 if self.stop_requested or self.reload_requested:
                     continue
-                self._wake.wait(delay)
+                poll = self._event_poll_s(retry)
+                if poll is None:
+                    self._wake.wait(delay)
+                    continue
+                if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
+                    continue
+                if cluster.wants_early_round():
+                    self.early_rounds += 1
+                    break
         return rounds
+
+    def _event_poll_s(self, retry: float | None) -> float | None:
+        """Seconds between event polls while waiting for the next round, or None for no poll:
+        polling is off (`event_poll_seconds = 0`), the last attempt did not run a round (a
+        standby, an outage, a stale snapshot: it waits out its delay)."""
+        poll = self.cfg.event_poll_seconds
+        if poll <= 0 or retry is not None or self.leading is False:
+            return None
+        return poll

@@ -147,6 +147,8 @@ class SlurmCluster:
         self._ended: list[tuple[LiveJob, SlurmJob | None]] = []
         # What may hold GPUs right now (plan ∪ jobs being stopped): for watchers and tests.
         self.allowed_running: frozenset[int] = frozenset()
+        # the last enacted plan's jobs: one of them finishing is an event (`wants_early_round`)
+        self._planned: frozenset[int] = frozenset()
 
     # ------------------------------------------------------------------ helpers
     def _ours(self, job: SlurmJob) -> bool:
@@ -424,6 +426,7 @@ class SlurmCluster:
         stats.started = len(starts.start)
         stats.updates = len(starts.updates)
         self._previous_plan = frozenset(plan.run)
+        self._planned = frozenset(plan.run)
         self.last_stats = stats
 
     # ------------------------------------------------------------------ bookkeeping
@@ -547,6 +550,32 @@ class SlurmCluster:
 
     def finished(self) -> bool:
         return self.stop_when_idle and self._idle
+
+    def wants_early_round(self) -> bool:
+        """True when a round now would fill GPUs a completion freed: a job of the last enacted
+        plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
+        holds them) while a job of ours outside the plan is pending. One `squeue --json` read,
+        no action; a read that fails is "no event" (the next round sees the outage)."""
+        if not self._planned:
+            return False
+        try:
+            jobs = self.backend.jobs()
+        except Exception as exc:       # noqa: BLE001 - an outage is the round's to handle
+            log.debug("event poll: squeue failed (%s: %s); no event", type(exc).__name__, exc)
+            return False
+        state = {j.job_id: j.state for j in jobs}
+        freed = sorted(j for j in self._planned if j not in state or state[j].finished)
+        if not freed:
+            return False
+        never = {job_id for job_id, _ in self.impossible} | {job_id for job_id, _ in
+                                                              self.bad_specs}
+        waiting = sorted(j.job_id for j in jobs if j.state is JobState.PENDING and self._ours(j)
+                         and j.job_id not in self._planned and j.job_id not in never)
+        if waiting:
+            log.info("jobs %s finished with %s waiting: starting the next round now", freed,
+                     waiting[:10], extra={"fields": {"event": "early_round", "finished": freed,
+                                                     "waiting": len(waiting)}})
+        return bool(waiting)
 
     def next_round_start(self, now: float, round_s: float) -> float:
         return now + round_s

@@ -95,6 +95,10 @@ KEYS: tuple[Key, ...] = (
         reload=True),
     Key("daemon", "stop_timeout_seconds", "positive", 60.0,
         "How long a round waits for requeued jobs to release their GPUs.", reload=True),
+    Key("daemon", "event_poll_seconds", "nonnegative", 2.0,
+        "Between rounds, check Slurm (one `squeue --json`) this often for a job of the plan "
+        "that finished while others wait; if one did, the next round starts at once and fills "
+        "its GPUs (0 = off: starts only at round boundaries).", reload=True),
     Key("daemon", "partitions", "partitions", ["gpu"],
         "Partitions whose managed (`shock:managed`) jobs the daemon schedules."),
     Key("daemon", "job_name_prefix", "path", "",
@@ -171,6 +175,7 @@ class DaemonConfig:
     backend: str = "auto"
     cluster: str = "slurm"          # the name `shocksub --cluster` registers specs under
     stop_timeout_seconds: float = 60.0
+    event_poll_seconds: float = 2.0
     spool_dir: str = ""             # training reports' spool directory, ingested each round
     rejected_dir: str = ""          # refused reports ("" = `<spool_dir>.rejected`)
     policy_options: Mapping[str, Any] = field(default_factory=dict)

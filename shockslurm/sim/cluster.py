@@ -16,6 +16,15 @@ comparable:
   the jobs the plan placed (`placement.place_plan`, done by the round loop, or here for a plan
   that comes unplaced), so fragmentation costs simulated time. A job placed on other nodes than
   it ran on in the previous round restarts: it pays the restart overhead like a resumed job.
+
+`fill_on_completion` (off by default; the reference's rounds above are what its numbers assume):
+the live daemon's event-driven rounds (`event_poll_seconds`). A round ends early, at the moment
+a dispatched job finishes while other jobs wait (active and not dispatched, or arrived by then),
+and the next round is a normal round from that moment: the jobs still running are cut there
+(their progress so far is kept, and they are not restarted if the next plan keeps them).
+Restarts are charged as they happen live: a restarted run spends its first
+`restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
+the next round), instead of the reference's full-round-only rule.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ class Dispatch:
     job_id: int
     iterations: int
     finish_s: float
+    overhead_s: float = 0.0       # fill_on_completion: restart time at the start of the run
 
 
 @dataclass
@@ -45,6 +55,7 @@ class SimulatedCluster:
     restart_overhead_s: float = 20.0
     adaptation: str = "profile"
     nodes: tuple[Node, ...] = ()
+    fill_on_completion: bool = False
     sim_jobs: dict[int, SimJob] = field(init=False)
     gpu_seconds_used: float = field(init=False, default=0.0)
     demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
@@ -69,10 +80,14 @@ class SimulatedCluster:
         self._where: dict[int, NodeShares] = {}         # their nodes
         self._moved: frozenset[int] = frozenset()       # dispatched now on other nodes than then
         self._rounds_dispatched = 0
+        self._overhead_left: dict[int, float] = {}      # fill: restart time a cut run still owes
 
     # ------------------------------------------------------------------ Cluster protocol
     def observe(self, now: float) -> Snapshot:
-        self._complete_round()
+        if self.fill_on_completion:
+            self._cut_round(now)
+        else:
+            self._complete_round()
         for job in self._active.values():
             job.update_flags()
         while self._pending and self._pending[0].arrival_s <= now:
@@ -96,13 +111,17 @@ class SimulatedCluster:
         self._running = []
         for job_id in sorted(plan.run):
             job = self._active[job_id]
-            iterations = job.iterations_for(self.round_s)
-            self._running.append(Dispatch(job_id, iterations, now + iterations / job.throughput))
+            overhead = self._restart_s(job_id) if self.fill_on_completion else 0.0
+            iterations = job.iterations_for(max(0.0, self.round_s - overhead))
+            self._running.append(Dispatch(job_id, iterations,
+                                          now + overhead + iterations / job.throughput, overhead))
         self._rounds_dispatched += 1
 
     def next_round_start(self, now: float, round_s: float) -> float:
         if self._running:
-            return max(now, max(d.finish_s for d in self._running))
+            end = max(now, max(d.finish_s for d in self._running))
+            early = self._first_fill(end) if self.fill_on_completion else None
+            return end if early is None else max(now, early)
         arrival = self.next_arrival(now)
         return arrival if arrival is not None else now + round_s
 
@@ -113,6 +132,44 @@ class SimulatedCluster:
         return self._pending[0].arrival_s if self._pending else None
 
     # ------------------------------------------------------------------ internals
+    def _restart_s(self, job_id: int) -> float:
+        """fill_on_completion: the restart time a run of `job_id` starting now spends first."""
+        if job_id in self._previous and job_id not in self._moved:
+            return self._overhead_left.get(job_id, 0.0)
+        first_round = self._rounds_dispatched == 0
+        return 0.0 if first_round else self.restart_overhead_s
+
+    def _first_fill(self, end: float) -> float | None:
+        """The first moment before `end` a dispatched job finishes while another job waits."""
+        waiting = len(self._running) < len(self._active)
+        for d in sorted(self._running, key=lambda d: d.finish_s):
+            if d.finish_s >= end:
+                return None
+            if d.iterations < self._active[d.job_id].remaining_iterations:
+                continue              # runs until the round's end: no GPUs freed
+            if waiting or (self._pending and self._pending[0].arrival_s <= d.finish_s):
+                return d.finish_s
+        return None
+
+    def _cut_round(self, now: float) -> None:
+        """fill_on_completion: account the round up to `now`; runs not over are cut there."""
+        self._overhead_left = {}
+        for d in self._running:
+            job = self._active[d.job_id]
+            end = min(d.finish_s, now)
+            exec_s = max(0.0, end - self._round_start - d.overhead_s)
+            iterations = d.iterations if d.finish_s <= now else \
+                min(d.iterations, int(job.throughput * exec_s))
+            if end - self._round_start < d.overhead_s:
+                self._overhead_left[d.job_id] = d.overhead_s - (end - self._round_start)
+            job.record_run(iterations, exec_s, end)
+            self.gpu_seconds_used += exec_s * job.spec.gang_size
+            if job.done:
+                del self._active[d.job_id]
+        self._previous = frozenset(d.job_id for d in self._running)
+        self._where = {j: s for j, s in self._where.items() if j in self._previous}
+        self._running = []
+
     def _complete_round(self) -> None:
         first_round = self._rounds_dispatched <= 1
         for d in self._running:

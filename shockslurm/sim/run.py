@@ -25,6 +25,7 @@ class SimConfig:
     min_resolve_interval_s: float = 1000.0
     idle_unallocated: bool = True
     nodes: tuple[Node, ...] = ()
+    fill_on_completion: bool = False    # live-like rounds (`SimulatedCluster`); off: reference
 
     @classmethod
     def for_nodes(cls, nodes: tuple[Node, ...], **kwargs: Any) -> "SimConfig":
@@ -80,6 +81,8 @@ class SimResult:
                "round_s": self.config.round_s, "adaptation": self.config.adaptation,
                "restart_overhead_s": self.config.restart_overhead_s,
                "batch_size_changes": self.batch_size_changes}
+        if self.config.fill_on_completion:
+            out["fill_on_completion"] = True
         out.update(self.extra)
         return out
 
@@ -110,7 +113,8 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
     t0 = time.perf_counter()
     cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
                                restart_overhead_s=config.restart_overhead_s,
-                               adaptation=config.adaptation, nodes=config.nodes)
+                               adaptation=config.adaptation, nodes=config.nodes,
+                               fill_on_completion=config.fill_on_completion)
     settings = PolicySettings(round_s=config.round_s,
                               min_resolve_interval_s=config.min_resolve_interval_s,
                               idle_unallocated=config.idle_unallocated,

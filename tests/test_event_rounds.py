@@ -1,0 +1,151 @@
+"""Event-driven rounds of the daemon, on a fake Slurm backend, a real SQLite store and a fake
+clock: a completion between rounds starts the next round early (it releases the waiting job), no
+event means no early round, a standby never polls, a failed poll read is "no event"."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shockslurm.daemon import DaemonRunner, parse_config
+from shockslurm.slurm.types import JobState
+from shockslurm.store.leader import FileLeaderLock
+
+from . import test_crash_safety as cs
+from .test_crash_safety import Backend, daemon, engine, running  # noqa: F401 (a fixture)
+from .test_enact import job
+
+ROUND_S = 30.0
+POLL_S = 2.0
+
+
+class FakeWake:
+    """The runner's `threading.Event` on a fake clock: a wait passes its whole timeout at once
+    (nothing sets it) and calls `at(t)` with the new time, where the test makes things happen."""
+
+    def __init__(self, clock: list[float], at=lambda t: None) -> None:
+        self.clock, self.at = clock, at
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        self.clock[0] += timeout
+        self.at(self.clock[0])
+        return False
+
+    def set(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self, t: list[float]) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t[0]
+
+    def sleep_until(self, t: float) -> None:
+        self.t[0] = max(self.t[0], t)
+
+
+def _runner(engine, b: Backend, at=lambda t: None, leader=None, **keys):
+    keys = {"round_seconds": ROUND_S, "event_poll_seconds": POLL_S, **keys}
+    d = daemon(engine, b, **keys)
+    cfg = parse_config({"daemon": {"grace_seconds": 5, "policy": "fifo", "min_run_seconds": 0,
+                                   **keys}})
+    runner = DaemonRunner(d, cfg, leader=leader)
+    t = [cs.NOW]
+    d.loop.clock = Clock(t)
+    runner._wake = FakeWake(t, at)           # type: ignore[assignment]
+    polls: list[float] = []
+    real = d.cluster.wants_early_round
+
+    def counted() -> bool:
+        polls.append(t[0])
+        return real()
+    d.cluster.wants_early_round = counted     # type: ignore[method-assign]
+    return runner, t, polls
+
+
+def _full_cluster() -> Backend:
+    """Four running 8-GPU jobs fill the 32 GPUs; job 5 waits (FIFO keeps the earlier ones)."""
+    return Backend([running(1), running(2), running(3), running(4), job(5, gpus=8)])
+
+
+def _finish(b: Backend, job_id: int, state: JobState = JobState.COMPLETED) -> None:
+    b._jobs = [replace(j, state=state) if j.job_id == job_id else j for j in b._jobs]
+
+
+def _released(b: Backend) -> set[int]:
+    return {int(i) for a in b.log if a[1] == "release" for i in a[2].split(",")}
+
+
+def test_a_completion_starts_the_next_round_early_and_it_releases_the_waiting_job(engine):
+    b = _full_cluster()
+    done_at = cs.NOW + 5.0
+
+    def at(now: float) -> None:
+        if now >= done_at:
+            _finish(b, 1)
+    runner, t, polls = _runner(engine, b, at)
+    assert runner.run(max_rounds=2) == 2
+    assert 5 in _released(b)                         # the second round filled the freed GPUs
+    assert t[0] == cs.NOW + 6.0                         # the first poll after the completion
+    assert t[0] - done_at <= POLL_S < ROUND_S
+    assert polls == [cs.NOW + 2.0, cs.NOW + 4.0, cs.NOW + 6.0] and runner.early_rounds == 1
+    assert all(w <= POLL_S for w in runner._wake.waits)
+
+
+def test_no_event_no_early_round(engine):
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b)
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0
+    assert len(polls) == ROUND_S / POLL_S - 1          # every 2 s, none at the boundary
+    assert 5 not in _released(b)
+
+
+def test_a_completion_with_nothing_waiting_or_still_completing_is_no_event(engine):
+    b = Backend([running(1), running(2), job(5, gpus=8)])     # job 5 is released at once
+    runner, t, polls = _runner(engine, b, lambda now: _finish(b, 1, JobState.COMPLETED))
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S and polls and runner.early_rounds == 0
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b, lambda now: _finish(b, 1, JobState.COMPLETING))
+    runner.run(max_rounds=2)                          # COMPLETING still holds its GPUs
+    assert t[0] == cs.NOW + ROUND_S and polls and runner.early_rounds == 0
+
+
+def test_polling_off_waits_for_the_boundary(engine):
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b, lambda now: _finish(b, 1), event_poll_seconds=0)
+    runner.run(max_rounds=2)
+    assert polls == [] and runner._wake.waits == [ROUND_S] and t[0] == cs.NOW + ROUND_S
+    assert 5 in _released(b)                          # a round later
+
+
+def test_a_failed_poll_read_is_no_event(engine):
+    b = _full_cluster()
+
+    def at(now: float) -> None:
+        _finish(b, 1)
+        b.down = True                                 # slurmctld does not answer
+    runner, t, polls = _runner(engine, b, at)
+    runner.run(max_rounds=2)
+    assert polls and runner.early_rounds == 0 and t[0] == cs.NOW + ROUND_S
+
+
+def test_a_standby_never_polls(engine, tmp_path):
+    b = _full_cluster()
+    path = str(tmp_path / "leader")
+    holder = FileLeaderLock(path)
+    assert holder.acquire()
+    runner, t, polls = _runner(engine, b, lambda now: _finish(b, 1),
+                               leader=FileLeaderLock(path), standby_retry_seconds=5)
+    reads = b.calls["jobs"]
+    assert runner.run(max_rounds=3) == 3
+    assert runner.leading is False and polls == [] and b.calls["jobs"] == reads
+    assert runner._wake.waits == [5.0, 5.0]           # the standby's retries, nothing between
+    holder.release()
