@@ -24,8 +24,8 @@ Rules (Slurm 22.05.8, see /work/shared/slurm/NOTES.md section 3):
   ReqNodeList=gpu03` (one node), `ReqNodeList=gpu02,gpu04` for a `-N2` gang, and for a
   `--gpus=16` job Slurm raises the node count to the two listed nodes (8 GPUs each); the list
   survives a requeuehold and is replaced by the next update; `ReqNodeList=` clears it. The
-  field has the same name in 23.02 .. 25.11 (scontrol man page: "ReqNodeList=<nodes> Set the
-  job's list of required node"). A job is pinned only when the placement's shape is the job's
+  field and its text are the same in 22.05's man page and the current one on slurm.schedmd.com
+  (25.x): "ReqNodeList=<nodes> Set the job's list of required node". A job is pinned only when the placement's shape is the job's
   own (as many nodes as it asks; any for a `--gpus` job): a `-N2 --gres=gpu:4` job placed on one
   node of 8 is released unpinned. A released job that still waits is re-pinned when the plan
   places it elsewhere.
