@@ -85,6 +85,11 @@ CONTROLLER_DOWN_RE = re.compile(
     r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
 
 
+def _job_ids(value: object) -> set[int]:
+    """Job ids from a plan's `info` entry (a list of ids, or absent)."""
+    return {int(j) for j in value} if isinstance(value, (list, tuple)) else set()
+
+
 class StaleSnapshot(ShockslurmError):
     """The round's Slurm snapshot is too old to act on: nothing was done; re-read and re-plan."""
 
@@ -367,7 +372,7 @@ class SlurmCluster:
         remaining = {v.job_id: v.remaining_iterations / v.iterations_per_s
                      for v in snapshot.jobs if v.iterations_per_s > 0}
         stats.idle_unplaceable_gpu_s = self._unplaceable_gpu_s
-        moved = set(plan.info.get("moved", ())) if snapshot.nodes else set()   # type: ignore[arg-type]
+        moved = _job_ids(plan.info.get("moved")) if snapshot.nodes else set()
         plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats,
                                 remaining, moved=moved)
         moved -= set(stats.kept)

@@ -71,7 +71,7 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
         else:
             for name, gpus in shares:
                 reserved[name] = reserved.get(name, 0) + gpus
-    ours_on = {}
+    ours_on: dict[str, int] = {}
     for shares in placements.values():
         for name, gpus in shares:
             ours_on[name] = ours_on.get(name, 0) + gpus

@@ -230,7 +230,9 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
 
 
 def _split_outside_brackets(s: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in s:
         depth += (ch == "[") - (ch == "]")
         if ch == "," and depth == 0:
