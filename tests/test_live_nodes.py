@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shockslurm.errors import InputError
 from shockslurm.live.cluster import SlurmCluster
@@ -49,6 +51,16 @@ def test_host_lists_expand_as_slurm_writes_them():
     for bad in ("gpu[1-", "gpu[3-1]", "gpu[a]", "gpu[0-99999999]"):
         with pytest.raises(InputError):
             expand_hostlist(bad)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="gpu0123456789[],-", max_size=40))
+def test_a_garbled_host_list_is_an_input_error_never_a_crash(text):
+    try:
+        names = expand_hostlist(text)
+    except InputError:
+        return
+    assert len(names) <= 100_000 and all(names)
 
 
 def test_gpus_per_allocated_node_reads_gres_detail_per_node():
