@@ -15,7 +15,9 @@ round_log = logging.getLogger("shockslurm.daemon.round")
 class RoundLogger:
     """One log line per round with the essentials; `fields` carries them structured (the JSON
     log format emits them as keys): round, active, running, started, stopped, held,
-    failed_calls, gpus_used, gpus_total, solve_s, round_s, status."""
+    failed_calls, gpus_used, gpus_total, solve_s, round_s, status, moved (running jobs restarted
+    on other nodes), pinned (starts with ReqNodeList=), idle_unplaceable_gpu_s (since the last
+    round: released jobs waited in Reason=Resources while GPUs were free)."""
 
     def __init__(self, cluster: SlurmCluster, emit: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -36,13 +38,17 @@ class RoundLogger:
                   "status": "ok" if status is None else str(status),
                   "kept": len(st.kept), "dropped": len(st.dropped),
                   "grace_wait_s": round(st.grace_wait_s, 3),
-                  "stop_wait_s": round(st.stop_wait_s, 3)}
+                  "stop_wait_s": round(st.stop_wait_s, 3),
+                  "moved": st.moved, "pinned": st.pinned,
+                  "idle_unplaceable_gpu_s": round(st.idle_unplaceable_gpu_s, 1)}
         line = (f"round {fields['round']}: active={fields['active']} "
                 f"running={fields['running']} started={fields['started']} "
                 f"stopped={fields['stopped']} held={fields['held']} "
                 f"gpus={fields['gpus_used']}/{fields['gpus_total']} "
                 f"failed_calls={fields['failed_calls']} kept={fields['kept']} "
-                f"dropped={fields['dropped']} grace_wait_s={st.grace_wait_s:.1f} "
+                f"dropped={fields['dropped']} moved={st.moved} pinned={st.pinned} "
+                f"idle_unplaceable_gpu_s={st.idle_unplaceable_gpu_s:.1f} "
+                f"grace_wait_s={st.grace_wait_s:.1f} "
                 f"stop_wait_s={st.stop_wait_s:.1f} solve_s={solve_s:.3f} "
                 f"round_s={fields['round_s']:.3f} status={fields['status']}")
         self.lines.append(line)

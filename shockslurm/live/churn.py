@@ -14,7 +14,8 @@ them; they are passed in each round.
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from dataclasses import replace
+from typing import Collection, Mapping, Sequence
 
 from ..model import RoundPlan
 from . import enact as en
@@ -70,10 +71,13 @@ class ChurnGuard:
 
     def bound(self, plan: RoundPlan, ours: Sequence[SlurmJob], limits: en.ChurnLimits,
               gpus: int, now: float, stats: EnactStats,
-              remaining_s: Mapping[int, float] | None = None) -> RoundPlan:
+              remaining_s: Mapping[int, float] | None = None,
+              moved: Collection[int] = ()) -> RoundPlan:
         """The plan with the stops `limits` forbid dropped, and the starts that no longer fit
         in `gpus` with them (`enact.bound_plan`); what was kept and dropped goes to `stats`.
-        `remaining_s`: each job's expected remaining run time (for the finish window)."""
+        `remaining_s`: each job's expected remaining run time (for the finish window).
+        `moved`: planned running jobs placement moves (a stop and a restart): bound like
+        stops; one kept stays where it runs (in `stats.kept`)."""
         live = {(j.job_id, j.submit_time) for j in ours if not j.state.finished}
         self._requeued_at = {k: v for k, v in self._requeued_at.items() if k in live}
         self.flagged &= live
@@ -82,7 +86,8 @@ class ChurnGuard:
                 or limits.finish_window_seconds > 0):
             return plan
         remaining_s = remaining_s or {}
-        stopping = [j for j in ours if j.managed and j.job_id not in plan.run
+        stopping = [j for j in ours if j.managed
+                    and (j.job_id not in plan.run or j.job_id in moved)
                     and j.state in (JobState.RUNNING, JobState.SUSPENDED)]
         if not stopping:
             return plan
@@ -112,4 +117,4 @@ class ChurnGuard:
         info = dict(plan.info)
         info["churn_kept"] = sorted(keep)
         info["churn_dropped"] = list(dropped)
-        return RoundPlan(run=run, info=info)
+        return replace(plan, run=run, info=info)

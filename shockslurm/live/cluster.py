@@ -15,6 +15,13 @@ Why it looks like this:
 - The cluster's capacity is the GPUs of usable nodes in the managed partitions minus the GPUs
   held by jobs this daemon does not manage (unmanaged jobs, or managed ones outside `job_filter`),
   so a plan always fits what Slurm can actually give.
+- Nodes: the snapshot names the nodes, where our running jobs sit and what others hold on each
+  (`layout.read_layout`, from the same two reads), so the round loop places every plan on the
+  real nodes; `enact` pins each job it starts to the plan's nodes (`ReqNodeList=`, see
+  `enact`'s module), stops and restarts the jobs the plan moves, and does not start a job whose
+  planned nodes are still held by jobs that keep running. Idle GPU-seconds while a released
+  job waits in Reason=Resources with GPUs free are measured at each observe
+  (`EnactStats.idle_unplaceable_gpu_s`, `idle_gpu_s`).
 - Churn is bounded (`enact.ChurnLimits`: minimum run time, preemptions per day, jobs whose
   checkpoints keep failing are flagged and left running): a stop the bounds forbid is dropped and
   the plan's starts that no longer fit are dropped with it (`churn.ChurnGuard`). What the bounds
@@ -61,6 +68,7 @@ from ..model import JobView, RoundPlan, RunLength, Snapshot
 from . import enact as en
 from . import stops
 from .churn import ChurnGuard
+from .layout import Layout, read_layout, unplaceable_idle_gpu_s
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, NullJournal,
                          StopHistorySource, StopLedger)
 from .progress_source import ProgressSource, RunTimeProgress
@@ -75,6 +83,11 @@ STOP_POLL_S = 0.5
 CONTROLLER_DOWN_RE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
     r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
+
+
+def _job_ids(value: object) -> set[int]:
+    """Job ids from a plan's `info` entry (a list of ids, or absent)."""
+    return {int(j) for j in value} if isinstance(value, (list, tuple)) else set()
 
 
 class StaleSnapshot(ShockslurmError):
@@ -149,6 +162,11 @@ class SlurmCluster:
         self.allowed_running: frozenset[int] = frozenset()
         # the last enacted plan's jobs: one of them finishing is an event (`wants_early_round`)
         self._planned: frozenset[int] = frozenset()
+        self.layout: Layout | None = None    # the last observe's nodes (None: one pool)
+        self._released_at: dict[int, float] = {}  # jobs this daemon released, still pending
+        self._unplaceable_gpu_s = 0.0        # measured by the last observe
+        # idle GPU-seconds by cause since the daemon started (a counter for metrics)
+        self.idle_gpu_s: dict[str, float] = {"unplaceable": 0.0}
 
     # ------------------------------------------------------------------ helpers
     def _ours(self, job: SlurmJob) -> bool:
@@ -223,7 +241,10 @@ class SlurmCluster:
         self.observed_at = self._monotonic()
         nodes = self._read("sinfo", self.backend.nodes)         # read 2: sinfo --json
         self._slurm_jobs = slurm_jobs
-        self.gpus = self._capacity(nodes, slurm_jobs)
+        self.layout = read_layout(nodes, slurm_jobs, self.partitions, self._ours)
+        self.gpus = (self.layout.gpus if self.layout is not None
+                     else self._capacity(nodes, slurm_jobs))
+        self._measure_unplaceable(slurm_jobs, now)
         active = [j for j in slurm_jobs if self._ours(j)
                   and j.state in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED,
                                   JobState.COMPLETING)]
@@ -288,9 +309,27 @@ class SlurmCluster:
                       if j.slurm.state is not JobState.COMPLETING
                       and j.slurm.job_id not in impossible
                       and (j.slurm.job_id, j.slurm.submit_time) not in self.bad_specs)
+        layout = self.layout or Layout(())
         snap = Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
-                        jobs=views, restart_overhead_s=self.restart_overhead_s)
+                        jobs=views, restart_overhead_s=self.restart_overhead_s,
+                        nodes=layout.nodes, placements=dict(layout.placements),
+                        reserved=dict(layout.reserved))
         return snap
+
+    def _measure_unplaceable(self, jobs: Sequence[SlurmJob], now: float) -> None:
+        """Idle GPU-seconds since the last observe while our released jobs waited in
+        Reason=Resources with GPUs free (`layout.unplaceable_idle_gpu_s`); a job counts from
+        its release when that came later."""
+        pending = {j.job_id for j in jobs if self._ours(j) and j.state is JobState.PENDING}
+        self._released_at = {j: t for j, t in self._released_at.items() if j in pending}
+        self._unplaceable_gpu_s = 0.0
+        if self.layout is None or self._last_now is None:
+            return
+        last = self._last_now
+        waited = {j: now - max(last, self._released_at.get(j, last)) for j in pending}
+        free = sum(max(0, f) for f in self.layout.free().values())
+        self._unplaceable_gpu_s = unplaceable_idle_gpu_s(jobs, free, waited)
+        self.idle_gpu_s["unplaceable"] += self._unplaceable_gpu_s
 
     def _view(self, live: LiveJob) -> JobView:
         job, spec = live.slurm, live.spec
@@ -334,10 +373,16 @@ class SlurmCluster:
         stats = EnactStats()
         remaining = {v.job_id: v.remaining_iterations / v.iterations_per_s
                      for v in snapshot.jobs if v.iterations_per_s > 0}
+        stats.idle_unplaceable_gpu_s = self._unplaceable_gpu_s
+        moved = _job_ids(plan.info.get("moved")) if snapshot.nodes else set()
         plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats,
-                                remaining)
+                                remaining, moved=moved)
+        moved -= set(stats.kept)
+        pins = en.pin_nodes(plan.placement, ours) if snapshot.nodes else {}
+        moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
+        plan = self._fit_nodes(plan, snapshot, ours, moved, stats)
         resumed = self.stops.pending(ours)
-        e = en.diff(plan, ours)
+        e = en.diff(plan, ours, pins=pins, moved=moved)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
             e = replace(e, stop=tuple(sorted(set(e.stop) | set(resumed))),
                         signal=tuple(j for j in e.signal if j not in resumed),
@@ -390,8 +435,11 @@ class SlurmCluster:
                      sorted(unsignalled))
             run, dropped = en.bound_plan(plan.run, ours, unsignalled, self.gpus)
             plan = RoundPlan(run=run, info={**plan.info, "unsignalled": sorted(unsignalled),
-                                            "unsignalled_dropped": list(dropped)})
-            starts = en.diff(plan, ours)
+                                            "unsignalled_dropped": list(dropped)},
+                             placement=plan.placement)
+            moved -= unsignalled
+            plan = self._fit_nodes(plan, snapshot, ours, moved, stats)
+            starts = en.diff(plan, ours, pins=pins, moved=moved)
             if dropped:
                 log.info("not starting %s this round (GPUs still held by %s)", list(dropped),
                          sorted(unsignalled))
@@ -406,6 +454,9 @@ class SlurmCluster:
                                      for since in resumed.values()])
             seen = self._await_exits(to_requeue, min(wait, self.grace_seconds), stats)
             to_requeue = self._not_done_before_signal(to_requeue, sent_at, seen)
+        not_requeued = set(starts.moved) - set(to_requeue)
+        if not_requeued:      # a moved job that ended meanwhile, or kept its GPUs: not started
+            starts = starts.without_starts(not_requeued)
         if to_requeue:
             requeue = en.requeue_step(to_requeue)
             assert requeue is not None
@@ -422,12 +473,38 @@ class SlurmCluster:
         else:
             self.allowed_running = frozenset(plan.run) | frozenset(e.hold)
         for step in en.start_steps(starts):
-            self._run(step, stats)
+            result = self._run(step, stats)
+            if step.action == "release" and result.ok:
+                released = snapshot.now + (self._monotonic() - t_enact)
+                self._released_at.update(dict.fromkeys(step.job_ids, released))
+        stats.moved = len(starts.moved)
+        stats.pinned = sum(1 for u in starts.updates if u.nodes)
         stats.started = len(starts.start)
         stats.updates = len(starts.updates)
         self._previous_plan = frozenset(plan.run)
         self._planned = frozenset(plan.run)
         self.last_stats = stats
+
+    def _fit_nodes(self, plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
+                   moved: set[int], stats: EnactStats) -> RoundPlan:
+        """The plan without the starts whose planned nodes lack GPUs once the jobs that keep
+        running are counted (`enact.fit_on_nodes`): planned running jobs that are not moved,
+        and running jobs the churn bounds or a failed signal keep (they are in `plan.run`)."""
+        if not snapshot.nodes or not plan.placement:
+            return plan
+        by_id = {j.job_id: j for j in ours}
+        holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
+        free = Layout(snapshot.nodes, snapshot.placements, snapshot.reserved).free(holding)
+        starts = sorted((j for j in plan.run if j in by_id and j not in holding),
+                        key=lambda j: (by_id[j].submit_time, j))
+        dropped = en.fit_on_nodes(starts, plan.placement, free)
+        if not dropped:
+            return plan
+        log.info("not starting %s this round: their planned nodes are still held by jobs "
+                 "that keep running", list(dropped))
+        stats.dropped = tuple(sorted(set(stats.dropped) | set(dropped)))
+        return replace(plan, run=plan.run - frozenset(dropped),
+                       info={**plan.info, "node_dropped": list(dropped)})
 
     # ------------------------------------------------------------------ bookkeeping
     def _await_exits(self, job_ids: list[int], wait_s: float,

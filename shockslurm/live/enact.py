@@ -17,6 +17,22 @@ Rules (Slurm 22.05.8, see /work/shared/slurm/NOTES.md section 3):
   `StartTime=now` clears the ~2-minute BeginTime wait that every requeue adds (`release` alone
   does not), so it is sent when the job was requeued (restart_count > 0) or waits on BeginTime.
 - Gres is always written `Gres=gpu:K`: `TresPerNode=gres/gpu:K` is accepted and silently ignored.
+- Pinning: a job the plan places on nodes is released with `ReqNodeList=<its nodes>` in its
+  update (`pins`), so Slurm starts it there on the scheduling pass the release triggers (0.2 s
+  measured) instead of wherever it likes, or nowhere (Reason=Resources) while the plan's node
+  is free. Verified on 22.05.8 for a held pending job: `scontrol update JobId=X
+  ReqNodeList=gpu03` (one node), `ReqNodeList=gpu02,gpu04` for a `-N2` gang, and for a
+  `--gpus=16` job Slurm raises the node count to the two listed nodes (8 GPUs each); the list
+  survives a requeuehold and is replaced by the next update; `ReqNodeList=` clears it. The
+  field and its text are the same in 22.05's man page and the current one on slurm.schedmd.com
+  (25.x): "ReqNodeList=<nodes> Set the job's list of required node". A job is pinned only when the placement's shape is the job's
+  own (as many nodes as it asks; any for a `--gpus` job): a `-N2 --gres=gpu:4` job placed on one
+  node of 8 is released unpinned. A released job that still waits is re-pinned when the plan
+  places it elsewhere.
+- Moves: a running job the plan places elsewhere (`moved`) is stopped like any other and
+  started again, pinned, in the same round (`StartTime=now` clears its requeue's BeginTime).
+- Jobs to start whose planned nodes lack the GPUs left by the jobs that keep running (churn
+  bounds, failed signals) are not started this round (`fit_on_nodes`).
 
 Churn bounds (`ChurnLimits`, `keep_reasons`, `bound_plan`): a running job the plan would stop is
 kept running instead when
@@ -46,10 +62,12 @@ held ones. Never more GPUs than the cluster has.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from ..model import RoundPlan
+from ..errors import InputError
+from ..model import NodeShares, RoundPlan
+from ..slurm.parse import expand_hostlist
 from ..slurm.types import JobState, SlurmJob
 
 BEGIN_TIME_REASON = "BeginTime"
@@ -65,11 +83,14 @@ class JobUpdate:
     job_id: int
     gpus_per_node: int | None   # new Gres=gpu:K, or None to keep the request
     start_now: bool             # StartTime=now (clears the post-requeue BeginTime wait)
+    nodes: tuple[str, ...] = ()  # ReqNodeList=a,b: the plan's nodes (pin), () to keep
 
     def argv(self) -> list[str]:
         argv = ["scontrol", "update", f"JobId={self.job_id}"]
         if self.gpus_per_node is not None:
             argv.append(f"Gres=gpu:{self.gpus_per_node}")
+        if self.nodes:
+            argv.append(f"ReqNodeList={','.join(self.nodes)}")
         if self.start_now:
             argv.append("StartTime=now")
         return argv
@@ -86,6 +107,14 @@ class Enactment:
     updates: tuple[JobUpdate, ...]  # planned pending jobs that need an update first
     keep: tuple[int, ...]          # planned jobs already running or about to start
     missing: tuple[int, ...]       # planned ids Slurm does not show as active managed jobs
+    moved: tuple[int, ...] = ()    # running planned jobs stopped, then started on new nodes
+
+    def without_starts(self, job_ids: Collection[int]) -> "Enactment":
+        """The same enactment that does not start (nor update) `job_ids`."""
+        drop = set(job_ids)
+        return replace(self, start=tuple(j for j in self.start if j not in drop),
+                       updates=tuple(u for u in self.updates if u.job_id not in drop),
+                       moved=tuple(j for j in self.moved if j not in drop))
 
     @property
     def empty(self) -> bool:
@@ -107,26 +136,35 @@ def _active_managed(jobs: Iterable[SlurmJob]) -> dict[int, SlurmJob]:
 
 
 def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
-         gpus_per_node: Mapping[int, int] | None = None) -> Enactment:
+         gpus_per_node: Mapping[int, int] | None = None,
+         pins: Mapping[int, tuple[str, ...]] | None = None,
+         moved: Collection[int] = ()) -> Enactment:
     """Compare the plan with Slurm's jobs.
 
     `gpus_per_node` optionally gives a new per-node GPU count for planned jobs (resizing); a
-    pending job whose request differs gets `Gres=gpu:K`. Jobs that are neither managed nor active
-    are ignored whatever the plan says.
+    pending job whose request differs gets `Gres=gpu:K`. `pins` gives the nodes a planned job
+    is to start on (`ReqNodeList=`, see `pin_nodes`); `moved` the running planned jobs to stop and
+    start again there. Jobs that are neither managed nor active are ignored whatever the plan
+    says.
     """
     managed = _active_managed(jobs)
     want = set(plan.run)
-    stop, signal, hold, start, updates, keep = [], [], [], [], [], []
+    pins = pins or {}
+    stop, signal, hold, start, updates, keep, restart = [], [], [], [], [], [], []
     for job_id in sorted(managed):
         job = managed[job_id]
         planned = job_id in want
         if job.state in (JobState.RUNNING, JobState.SUSPENDED):
-            if planned:
+            if planned and not (job_id in moved and job_id in pins):
                 keep.append(job_id)
-            else:
-                stop.append(job_id)
-                if job.state is JobState.RUNNING:
-                    signal.append(job_id)
+                continue
+            stop.append(job_id)
+            if job.state is JobState.RUNNING:
+                signal.append(job_id)
+            if planned:      # moved: back to held pending with a BeginTime after its requeue
+                restart.append(job_id)
+                start.append(job_id)
+                updates.append(JobUpdate(job_id, None, True, pins[job_id]))
         elif job.state is JobState.PENDING:
             if not planned:
                 if not job.held:
@@ -137,21 +175,69 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
                     gpus_per_node[job_id] != job.gpus_per_node:
                 new_gres = int(gpus_per_node[job_id])
             start_now = job.restart_count > 0 or job.reason == BEGIN_TIME_REASON
+            nodes = pins.get(job_id, ())
             if job.held:
                 start.append(job_id)
             else:
                 keep.append(job_id)
-                # Released earlier but still waiting: only BeginTime (or a resize) needs help.
+                # Released earlier but still waiting: only BeginTime, a resize or a new node
+                # needs help.
                 start_now = job.reason == BEGIN_TIME_REASON
-            if new_gres is not None or start_now:
-                updates.append(JobUpdate(job_id, new_gres, start_now))
+                if nodes and _pinned_to(job) == nodes:
+                    nodes = ()
+            if new_gres is not None or start_now or nodes:
+                updates.append(JobUpdate(job_id, new_gres, start_now, nodes))
         else:  # COMPLETING and other transient states: leave them to Slurm
             if planned:
                 keep.append(job_id)
     missing = sorted(want - set(managed))
     return Enactment(stop=tuple(stop), signal=tuple(signal), hold=tuple(hold),
-                     start=tuple(start), updates=tuple(updates), keep=tuple(keep),
-                     missing=tuple(missing))
+                     start=tuple(sorted(start)), updates=tuple(updates), keep=tuple(keep),
+                     missing=tuple(missing), moved=tuple(restart))
+
+
+def _pinned_to(job: SlurmJob) -> tuple[str, ...]:
+    try:
+        return expand_hostlist(job.required_nodes)
+    except InputError:
+        return ()
+
+
+def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> dict[int, tuple[str, ...]]:
+    """The nodes each placed managed job is to be pinned to (`ReqNodeList=`): only where the
+    placement's shape is the job's own, i.e. as many nodes as the job asks (`nodes`), or at
+    least as many for a `--gpus` job (Slurm raises its node count to the list, verified on
+    22.05); any other job is released unpinned, as before placement."""
+    managed = _active_managed(jobs)
+    out: dict[int, tuple[str, ...]] = {}
+    for job_id, shares in placement.items():
+        job = managed.get(job_id)
+        if job is None or not shares:
+            continue
+        names = tuple(n for n, _ in shares)
+        asked = max(1, job.nodes)
+        if len(names) == asked or (job.gpus_per_job > 0 and len(names) > asked):
+            out[job_id] = names
+    return out
+
+
+def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
+                 free: Mapping[str, int]) -> tuple[int, ...]:
+    """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,
+    given `free` GPUs per node once the jobs that keep running are counted; a job that fits
+    takes its GPUs before the next is tried. Jobs without a placement are not judged."""
+    left = dict(free)
+    dropped = []
+    for job_id in starts:
+        shares = placement.get(job_id)
+        if not shares:
+            continue
+        if all(left.get(n, 0) >= g for n, g in shares):
+            for n, g in shares:
+                left[n] -= g
+        else:
+            dropped.append(job_id)
+    return tuple(dropped)
 
 
 def stop_steps(e: Enactment) -> list[Step]:

@@ -90,6 +90,10 @@ class EnactStats:
     stop_wait_s: float = 0.0       # from the requeuehold until their GPUs were free
     kept: dict[int, str] = field(default_factory=dict)    # stops the churn bounds dropped: rule
     dropped: tuple[int, ...] = ()                         # planned starts dropped for them
+    moved: int = 0                 # running jobs restarted on the plan's other nodes
+    pinned: int = 0                # jobs started (or re-pinned) with ReqNodeList=
+    idle_unplaceable_gpu_s: float = 0.0  # since the last observe: released jobs waited in
+    #                                      Reason=Resources while GPUs were free
     steps: list[en.Step] = field(default_factory=list)
 
 

@@ -11,6 +11,7 @@ Every name starts with `shockslurm_`:
 | `shockslurm_gpus_allocated` | gauge | GPUs the latest round's plan gives to jobs |
 | `shockslurm_gpus_schedulable` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
 | `shockslurm_enactment_failures_total{action,reason}` | counter | failed Slurm calls, one per job the command named (as many as the store's intents with a non-zero return code); `action` is the verb (signal, requeuehold, hold, update, release), `reason` a coarse class of its stderr (invalid_job, job_state, permission, timeout, backend_error, other) |
+| `shockslurm_idle_gpu_seconds_total{cause}` | counter | idle GPU-seconds measured from the rounds' squeue reads, by cause: `unplaceable` (a released job waited in Reason=Resources while GPUs were free) |
 | `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
 | `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
 | `shockslurm_config_reloads_total{result}` | counter | SIGHUP reloads, `ok` or `error` |
@@ -116,6 +117,11 @@ class DaemonMetrics:
             "shockslurm_enactment_failures",
             "Failed Slurm calls, one per job named, by verb and stderr class.",
             ["action", "reason"], registry=r)
+        self.idle_gpu_seconds = Counter(
+            "shockslurm_idle_gpu_seconds",
+            "Idle GPU-seconds by cause (unplaceable: released jobs waiting for a node).",
+            ["cause"], registry=r)
+        self.idle_gpu_seconds.labels(cause="unplaceable")
         self.forecast_error = Histogram(
             "shockslurm_forecast_abs_error_seconds",
             "|forecast - actual| remaining run time of completed jobs (README: Metrics).",
@@ -230,6 +236,10 @@ class MetricsObserver:
             gpus_allocated=plan.gpus_used(snapshot), gpus_schedulable=snapshot.gpus,
             states=states,
             views={v.job_id: v for v in snapshot.jobs})
+        stats = getattr(self.cluster, "last_stats", None)
+        idle = getattr(stats, "idle_unplaceable_gpu_s", 0.0)
+        if idle > 0:
+            self.metrics.idle_gpu_seconds.labels(cause="unplaceable").inc(idle)
 
 
 class MetricsJournal:

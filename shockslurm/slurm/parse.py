@@ -199,6 +199,78 @@ def gpu_indices(detail: Iterable[str]) -> tuple[int, ...]:
     return tuple(out)
 
 
+# --- node lists -----------------------------------------------------------------------------
+
+MAX_HOSTLIST = 100_000             # more hosts than any cluster has: the node list is garbled
+_HOST_RANGE = re.compile(r"^([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)$")
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """Node names of a Slurm host list: "gpu[01-03,07],cpu1" -> gpu01, gpu02, gpu03, gpu07,
+    cpu1 (zero padding kept, as Slurm writes it). One bracket per name, as Slurm's compact
+    form of `squeue`'s `nodes` and `required_nodes` (22.05 .. 25.11) has it; anything else is
+    an `InputError` (never a huge range expanded in memory)."""
+    out: list[str] = []
+    for entry in _split_outside_brackets(text or ""):
+        m = _HOST_RANGE.match(entry)
+        if m is None:
+            if "[" in entry or "]" in entry:
+                raise InputError(f"unreadable host list {text!r}", field="nodes")
+            out.append(entry)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for part in ranges.split(","):
+            r = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part)
+            if r is None:
+                raise InputError(f"unreadable host list {text!r}", field="nodes")
+            lo, hi = r.group(1), r.group(2) or r.group(1)
+            if int(hi) < int(lo) or len(out) + int(hi) - int(lo) + 1 > MAX_HOSTLIST:
+                raise InputError(f"implausible host list {text!r}", field="nodes")
+            width = len(lo)
+            out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+    return tuple(out)
+
+
+def _split_outside_brackets(s: str) -> list[str]:
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    for ch in s:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+def gpus_per_allocated_node(job: SlurmJob) -> tuple[tuple[str, int], ...] | None:
+    """Where a job that holds GPUs holds them: (node, GPUs) per allocated node, in node order;
+    None when Slurm's answer does not say (no node list, or GPUs per node unknown).
+
+    Slurm 22.05 (and 23.02+) write `gres_detail` as one entry per allocated node in the order
+    of the expanded `nodes` list ("gpu:2(IDX:0-1)"), also for `--gpus` jobs, whose GPUs per
+    node may differ; when the entries do not match the nodes one to one, every node holds the
+    request's GPUs per node (a multi-node gres job has the same count on each)."""
+    try:
+        names = expand_hostlist(job.node_list)
+        counts = [gpu_count(d.split("(", 1)[0]) for d in job.gres_detail]
+    except InputError:
+        return None
+    if not names:
+        return None
+    if len(counts) == len(names):
+        if all(c > 0 for c in counts):
+            return tuple(zip(names, counts))
+    if job.gpus_per_node > 0:
+        return tuple((n, job.gpus_per_node) for n in names)
+    if job.gpus_per_job > 0 and job.gpus_per_job % len(names) == 0:
+        return tuple((n, job.gpus_per_job // len(names)) for n in names)
+    return None
+
+
 # --- documents ------------------------------------------------------------------------------
 
 def load_document(data: str | bytes | Mapping[str, Any], source: str) -> Mapping[str, Any]:
@@ -275,6 +347,7 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         admin_comment=text(rec.get("admin_comment"), ctx, "admin_comment"),
         gres_detail=strings(rec.get("gres_detail"), ctx, "gres_detail"),
         end_time=end,
+        required_nodes=text(rec.get("required_nodes"), ctx, "required_nodes"),
         raw=rec,
     )
 

@@ -95,6 +95,7 @@ class SlurmJob:
     admin_comment: str = ""
     gres_detail: tuple[str, ...] = ()  # allocated gres, e.g. ("gpu:3(IDX:0-2)",); empty while pending
     end_time: float | None = None    # Unix seconds, for finished / COMPLETING jobs (else None)
+    required_nodes: str = ""         # the job's required node list (ReqNodeList), "" = none
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -1,0 +1,114 @@
+"""Where GPUs are on the live cluster: nodes, where our jobs sit, what others hold (pure).
+
+Read from the round's two Slurm reads (`sinfo --json` nodes, `squeue --json` jobs) and handed to
+the policy's snapshot (`Snapshot.nodes`, `placements`, `reserved`), so the round loop places
+every plan on the real nodes:
+
+- nodes: the usable nodes of the managed partitions that have GPUs (`Node(name, gpus)`; the GPU
+  type is not read yet). A node that is not usable (drained, down) but still runs jobs of ours is
+  kept, its other GPUs reserved, so those jobs are not moved and nothing new goes there.
+- placements: where each of our RUNNING or SUSPENDED jobs holds its GPUs ((node, GPUs) per node,
+  from `squeue`'s node list and per-node `gres_detail`, `slurm.parse.gpus_per_allocated_node`).
+- reserved: GPUs per node held by jobs the daemon does not schedule, and by ours that are
+  COMPLETING (they hold GPUs but never run again).
+
+When Slurm's answer does not say where a job that holds GPUs sits, `read_layout` returns None
+and the snapshot is one pool, as before placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Mapping, Sequence
+
+from ..model import Node, NodeShares
+from ..slurm.parse import gpus_per_allocated_node
+from ..slurm.types import JobState, SlurmJob, SlurmNode
+
+PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
+
+
+@dataclass(frozen=True)
+class Layout:
+    nodes: tuple[Node, ...]
+    placements: Mapping[int, NodeShares] = field(default_factory=dict)
+    reserved: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the policy may hand out: the nodes' less the reserved ones."""
+        return sum(n.gpus for n in self.nodes) - sum(self.reserved.values())
+
+    def free(self, holding: Collection[int] | None = None) -> dict[str, int]:
+        """Free GPUs per node once the reserved GPUs and those of our placed jobs (`holding`,
+        default all of them) are taken."""
+        out = {n.name: n.gpus - self.reserved.get(n.name, 0) for n in self.nodes}
+        for job_id, shares in self.placements.items():
+            if holding is not None and job_id not in holding:
+                continue
+            for name, gpus in shares:
+                if name in out:
+                    out[name] -= gpus
+        return out
+
+
+def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
+                partitions: Collection[str], ours: Callable[[SlurmJob], bool]) -> Layout | None:
+    """The layout of the managed partitions' nodes; None when a job holding GPUs there cannot be
+    located (see the module)."""
+    managed = {n.name: n for n in nodes if set(n.partitions) & set(partitions) and n.gpus > 0}
+    placements: dict[int, NodeShares] = {}
+    reserved: dict[str, int] = {}
+    for job in jobs:
+        if not job.state.holds_gpus or job.gpus <= 0:
+            continue
+        where = gpus_per_allocated_node(job)
+        if where is None:
+            return None
+        shares = tuple((n, g) for n, g in where if n in managed)
+        if ours(job) and job.state in PLACED_STATES:
+            placements[job.job_id] = shares
+        else:
+            for name, gpus in shares:
+                reserved[name] = reserved.get(name, 0) + gpus
+    ours_on: dict[str, int] = {}
+    for shares in placements.values():
+        for name, gpus in shares:
+            ours_on[name] = ours_on.get(name, 0) + gpus
+    kept = []
+    for node in managed.values():
+        if node.usable:
+            kept.append(node)
+        elif node.name in ours_on:        # draining: our jobs stay, nothing new goes there
+            kept.append(node)
+            reserved[node.name] = node.gpus
+    names = {n.name for n in kept}
+    out: dict[str, int] = {}
+    for node in kept:
+        held = reserved.get(node.name, 0)
+        room = node.gpus - ours_on.get(node.name, 0)
+        if held > 0:
+            out[node.name] = max(0, min(held, room))
+    placements = {j: kept_shares for j, shares in placements.items()
+                  if (kept_shares := tuple(s for s in shares if s[0] in names))}
+    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out)
+
+
+RESOURCES_REASON = "Resources"   # squeue state_reason of a job waiting for its nodes (22.05+)
+
+
+def unplaceable_idle_gpu_s(jobs: Sequence[SlurmJob], free_gpus: int,
+                           waited_s: Mapping[int, float]) -> float:
+    """Idle GPU-seconds while released jobs wait for a node: each job of `waited_s` (our
+    released jobs, with how long each has waited since it was last seen or released) that
+    Slurm shows PENDING, released and in Reason=Resources while `free_gpus` GPUs are free
+    counts min(its GPUs, the free GPUs not yet counted) x its wait (longest waits first)."""
+    waiting = sorted((j for j in jobs if j.job_id in waited_s and j.state is JobState.PENDING
+                      and not j.held and j.reason == RESOURCES_REASON),
+                     key=lambda j: (-waited_s[j.job_id], j.job_id))
+    left, idle = max(0, free_gpus), 0.0
+    for job in waiting:
+        gpus = min(job.gpus, left)
+        idle += gpus * max(0.0, waited_s[job.job_id])
+        left -= gpus
+    return idle
