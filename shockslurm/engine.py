@@ -94,6 +94,14 @@ class LoopStats:
     solve_s: float = 0.0
 
 
+def allocate(policy: Policy, snapshot: Snapshot) -> RoundPlan:
+    """The policy's plan for `snapshot`; with no GPUs at all (every node down or drained) the
+    policy is not asked: nothing can run, and a policy need not handle an empty cluster."""
+    if snapshot.gpus <= 0:
+        return RoundPlan(frozenset(), {"status": "no_gpus"})
+    return policy.allocate(snapshot)
+
+
 class RoundLoop:
     """Runs rounds until the cluster is finished or `max_rounds` is reached; the cluster says
     when each round ends (`Cluster.next_round_start`)."""
@@ -113,7 +121,7 @@ class RoundLoop:
         now = self.clock.now()
         snapshot = self.cluster.observe(now)
         t0 = time.perf_counter()
-        plan = self.policy.allocate(snapshot)
+        plan = allocate(self.policy, snapshot)
         solve_s = time.perf_counter() - t0
         check_plan(plan, snapshot)
         plan = place_plan(plan, snapshot)

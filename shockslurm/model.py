@@ -37,8 +37,9 @@ class Node:
 
 
 def pool(gpus: int) -> tuple[Node, ...]:
-    """One pool of `gpus` GPUs: a single node, so that any gang up to `gpus` fits."""
-    return (Node("pool", gpus),)
+    """One pool of `gpus` GPUs: a single node, so that any gang up to `gpus` fits; no node at
+    all when there are no GPUs (every node down or drained: nothing can be placed)."""
+    return (Node("pool", gpus),) if gpus > 0 else ()
 
 
 _SHAPE_GROUP = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")

@@ -322,6 +322,9 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
     """The round loop's placement step: `plan` on the snapshot's nodes (one pool when it names
     none). The result runs only placed jobs and carries their `placement`; `info` gains
     `unplaced`, `kept` and `moved` (job ids) when placement changed anything."""
+    if not snapshot.cluster_nodes:     # no GPUs at all (every node down or drained)
+        info = {**plan.info, "unplaced": sorted(plan.run)} if plan.run else dict(plan.info)
+        return RoundPlan(frozenset(), info, {})
     gang = {v.job_id: v.gang_size for v in snapshot.jobs}
     running = {j: s for j, s in snapshot.placements.items() if j in gang}
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,

@@ -253,3 +253,20 @@ def test_release_gives_back_what_take_took() -> None:
     assert book.free_gpus == 9 and book.can_take(6) and book.take_at(whole)
     book.release(single)
     assert book.free_on("node03") == 4
+
+
+def test_a_cluster_with_no_gpus_places_nothing_and_does_not_fail():
+    """Every node down or drained: a live snapshot has 0 GPUs and no nodes; the plan is empty."""
+    from shockslurm.model import RoundPlan, Snapshot
+    from shockslurm.engine import allocate
+    from shockslurm.placement import place_plan
+    from shockslurm.policies import make_policy, policy_names
+
+    from .conftest import make_view
+
+    snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=0, jobs=(make_view(1),))
+    placed = place_plan(RoundPlan(frozenset({1})), snap)
+    assert placed.run == frozenset() and placed.info.get("unplaced") == [1]
+    for name in policy_names():             # and the round loop asks no policy to plan it
+        plan = allocate(make_policy(name), snap)
+        assert place_plan(plan, snap).run == frozenset(), name
