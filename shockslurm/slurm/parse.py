@@ -122,14 +122,16 @@ def strings(value: Any, ctx: _Ctx, field: str) -> tuple[str, ...]:
 
 # --- gres -----------------------------------------------------------------------------------
 
-def _split_outside_parens(s: str) -> list[str]:
+def _split_outside(s: str, open_: str = "(", close: str = ")") -> list[str]:
+    """`s` split on the commas outside `open_`...`close` (`gpu:2(IDX:0,2),shard:1` or
+    `gpu[01,03],gpu05`), each part stripped, empty parts dropped."""
     out: list[str] = []
     cur: list[str] = []
     depth = 0
     for ch in s:
-        if ch == "(":
+        if ch == open_:
             depth += 1
-        elif ch == ")":
+        elif ch == close:
             depth = max(0, depth - 1)
         if ch == "," and depth == 0:
             out.append("".join(cur))
@@ -148,7 +150,7 @@ def gpu_count(spec: str, ctx: _Ctx | None = None, field: str = "gres") -> int:
     "gpu:2(IDX:0-1)", and "N/A" / "(null)" / "" (no GPUs).
     """
     total = 0
-    for entry in _split_outside_parens(spec or ""):
+    for entry in _split_outside(spec or ""):
         if entry in ("N/A", "(null)", "none"):
             continue
         entry = entry.split("(", 1)[0]
@@ -211,7 +213,7 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
     form of `squeue`'s `nodes` and `required_nodes` (22.05 .. 25.11) has it; anything else is
     an `InputError` (never a huge range expanded in memory)."""
     out: list[str] = []
-    for entry in _split_outside_brackets(text or ""):
+    for entry in _split_outside(text or "", "[", "]"):
         m = _HOST_RANGE.match(entry)
         if m is None:
             if "[" in entry or "]" in entry:
@@ -229,21 +231,6 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
             width = len(lo)
             out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
     return tuple(out)
-
-
-def _split_outside_brackets(s: str) -> list[str]:
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in s:
-        depth += (ch == "[") - (ch == "]")
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p.strip() for p in out if p.strip()]
 
 
 def gpus_per_allocated_node(job: SlurmJob) -> tuple[tuple[str, int], ...] | None:
