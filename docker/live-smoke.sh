@@ -4,7 +4,7 @@
 #   2. the daemon (`shockslurm daemon --config`, 3 s rounds, SQLite store) schedules 6 managed
 #      jobs submitted with `shocksub` (48 GPUs asked of 32, so some must be stopped with USR1,
 #      requeueheld and restarted), until every one is COMPLETED in Slurm;
-#   3. checks: each job's log ends in "done", at least one job was stopped and resumed from its
+#   3. checks: each job's log ends in "done", every job that was stopped resumed from its
 #      saved progress, `shockslurm status` lists the jobs, the daemon exits 0 on SIGTERM, and
 #      every socket of this container's processes is on 127.0.0.0/8.
 # Exits non-zero on the first failed check. The worker is tests/integration/worker.py (no torch).
