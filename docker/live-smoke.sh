@@ -2,7 +2,7 @@
 # The smoke that docker/smoke.sh runs inside the container, against the test cluster there:
 #   1. `shockslurm simulate` (built-in workload, two policies);
 #   2. the daemon (`shockslurm daemon --config`, 3 s rounds, SQLite store) schedules 6 managed
-#      jobs submitted with `shocksub` (48 GPUs asked of 32, so some must be stopped with USR1,
+#      jobs submitted with `shocksub` (48 GPUs asked of 32: jobs wait, and may be stopped with USR1,
 #      requeueheld and restarted), until every one is COMPLETED in Slurm;
 #   3. checks: each job's log ends in "done", every job that was stopped resumed from its
 #      saved progress, `shockslurm status` lists the jobs, the daemon exits 0 on SIGTERM, and
