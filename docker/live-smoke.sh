@@ -18,6 +18,16 @@ TARGETS=(75 90 80 100 85 95) # work units of 0.2 s: 15-20 s each, stopped mid-wa
 PY="$(command -v python3)"
 t0=$(date +%s)
 
+own_sockets() { # the `ss -p` lines of our processes (all of them without $SHOCKSLURM_SMOKE_OWN_ENV)
+  local line pid
+  if [ -z "${SHOCKSLURM_SMOKE_OWN_ENV:-}" ]; then cat; return 0; fi
+  while IFS= read -r line; do
+    for pid in $(grep -o 'pid=[0-9]*' <<<"$line" | cut -d= -f2); do
+      tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "$SHOCKSLURM_SMOKE_OWN_ENV" \
+        && { echo "$line"; break; }
+    done
+  done
+}
 say() { echo "live-smoke [$(( $(date +%s) - t0 )) s]: $*"; }
 fail() { echo "live-smoke: FAILED: $*" >&2; exit 1; }
 
@@ -72,12 +82,16 @@ while :; do
     || { tail -30 "$WORK/daemon.log" >&2; fail "jobs not all COMPLETED after $TIMEOUT_S s: $states"; }
   if [ "$sockets_checked" = 0 ] && squeue -h -j "$ids" -t R -o %i | grep -q .; then
     # Jobs, slurmd, slurmctld, munge and the daemon are all up now. On the host's network `ss`
-    # lists every socket, but names a process only for those in this container.
-    ss -tunapH | grep 'users:(' > "$WORK/sockets.txt" || true
-    outside=$(awk '{ for (i = 5; i <= 6; i++) if ($i !~ /^(127\.[0-9.]+|\[::ffff:127\.[0-9.]+\]|\*|0\.0\.0\.0|\[::\]):/) print }' "$WORK/sockets.txt")
+    # lists every socket, but names a process only for those in this container. The root of
+    # docker/versions.sh shares the host's processes: there $SHOCKSLURM_SMOKE_OWN_ENV (a
+    # NAME=value that every process started in the root inherits) picks ours.
+    # Loopback is 127.0.0.0/8 and ::1.
+    ss -tunapH | grep 'users:(' | own_sockets > "$WORK/sockets.txt" || true
+    outside=$(awk '{ for (i = 5; i <= 6; i++) if ($i !~ /^(127\.[0-9.]+|\[::ffff:127\.[0-9.]+\]|\[::1\]|\*|0\.0\.0\.0|\[::\]):/) print }' "$WORK/sockets.txt")
     anyaddr=$(awk '$5 ~ /^(\*|0\.0\.0\.0|\[::\]):/' "$WORK/sockets.txt")
+    [ -s "$WORK/sockets.txt" ] || fail "no socket of ours found (ss -p)"
     [ -z "$outside$anyaddr" ] || { cat "$WORK/sockets.txt" >&2; fail "a socket outside 127.0.0.0/8: $outside$anyaddr"; }
-    say "sockets of the container's processes, all on 127.0.0.0/8:"
+    say "sockets of the container's processes, all on loopback:"
     awk '{ split($7, p, "\""); print "  " $1, $2, $5, $6, p[2] }' "$WORK/sockets.txt" | sort -u
     sockets_checked=1
   fi

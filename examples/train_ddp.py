@@ -35,6 +35,21 @@ from shockslurm.train import ShockTrainer  # noqa: E402
 from train_mnist_like import SCHEDULE, make_data, make_model  # noqa: E402
 
 
+class ShardLog(TensorDataset):
+    """The dataset, writing every index it loads to a per-rank file (tests: each rank reads only
+    its own shard; a DataLoader worker appends from its own process)."""
+
+    def __init__(self, path: Path, *tensors: torch.Tensor) -> None:
+        super().__init__(*tensors)
+        self.path = path
+        self.epoch = 0          # set before each epoch: its workers are forked with it
+
+    def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
+        with open(self.path, "a", encoding="ascii") as fh:
+            fh.write(f"{self.epoch} {index}\n")
+        return super().__getitem__(index)
+
+
 def _shutdown() -> None:
     """All ranks leave together, then tear the group down: a rank that destroys its group while
     another still uses its connections can abort inside gloo at exit."""
@@ -44,7 +59,8 @@ def _shutdown() -> None:
 
 def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
           opt: torch.optim.Optimizer, rank: int, world: int, device: torch.device) -> None:
-    dataset = TensorDataset(*make_data())
+    dataset = (ShardLog(Path(args.shard_log, f"rank{rank}.idx"), *make_data()) if args.shard_log
+               else TensorDataset(*make_data()))
     loss_fn = nn.CrossEntropyLoss()
     with ShockTrainer(ddp, opt, ckpt_dir=args.ckpt_dir, every_steps=None,
                       every_seconds=args.every_seconds, seed=args.seed) as st:
@@ -59,6 +75,8 @@ def train(args: argparse.Namespace, ddp: nn.Module, model: nn.Module,
                   flush=True)
         for epoch in st.epoch_range(args.epochs):
             size = SCHEDULE[min(epoch, len(SCHEDULE) - 1)]
+            if isinstance(dataset, ShardLog):
+                dataset.epoch = epoch
             for _, (xb, yb) in st.batches(loaders[size]):
                 xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
                 if random.random() < 0.5:
@@ -89,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="rank 0 writes the final state_dict here")
     ap.add_argument("--sleep", type=float, default=0.0, help="extra seconds per step (tests)")
     ap.add_argument("--pid-dir", help="each rank writes its pid here (tests signal one rank)")
+    ap.add_argument("--shard-log", help="each rank logs the sample indices it loads here (tests)")
     args = ap.parse_args(argv)
 
     gpu = torch.cuda.is_available()

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from .errors import ConfigError
 
 DEFAULT_PATH = "/etc/shockslurm/shockslurm.toml"
+DEFAULT_CLUSTER = "slurm"           # `[daemon] cluster`'s default (shocksub's --cluster too)
 CONFIG_ENV = "SHOCKSLURM_CONFIG"
 SPOOL_ENV = "SHOCKSLURM_SPOOL"       # the job's report spool (set by the job script)
 SPOOL_KEY = "daemon.spool_dir"

@@ -37,6 +37,9 @@ CREATE TABLE rounds (
 	solve_s FLOAT NOT NULL,
 	status VARCHAR(32),
 	objective FLOAT,
+	idle_switch_gpu_s FLOAT,
+	idle_unplaceable_gpu_s FLOAT,
+	idle_waiting_gpu_s FLOAT,
 	CONSTRAINT pk_rounds PRIMARY KEY (id),
 	CONSTRAINT uq_rounds_run_id_round_index UNIQUE (run_id, round_index),
 	CONSTRAINT fk_rounds_run_id_runs FOREIGN KEY(run_id) REFERENCES runs (id) ON DELETE CASCADE

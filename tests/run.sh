@@ -8,6 +8,9 @@
 # cluster and the daemon in a container, about 3 minutes); the run fails if either fails.
 # SHOCKSLURM_SKIP_DOCKER=1 skips the smoke on a developer's machine; with
 # SHOCKSLURM_REQUIRE_ALL=1 (CI) that is refused.
+# Then the same live smoke on Slurm 24.11 (docker/versions.sh 24.11: a Debian 13 root beside the
+# host's, made once with debootstrap and kept in /var/tmp/shockslurm-roots; README "Slurm
+# versions"); SHOCKSLURM_SKIP_VERSIONS=1 skips it, refused with SHOCKSLURM_REQUIRE_ALL=1 too.
 # Before pytest, mypy checks the package (config in pyproject.toml); a type error fails the run.
 # The Slurm test cluster that the integration tests start is stopped after pytest (a line says
 # so) unless SHOCKSLURM_KEEP_CLUSTER=1, or it was running before this script started, in which
@@ -15,10 +18,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if [ "${SHOCKSLURM_SKIP_DOCKER:-0}" = 1 ] && [ "${SHOCKSLURM_REQUIRE_ALL:-0}" = 1 ]; then
-  echo "tests/run.sh: SHOCKSLURM_SKIP_DOCKER=1 refused: SHOCKSLURM_REQUIRE_ALL=1, nothing may skip" >&2
-  exit 1
-fi
+for knob in SHOCKSLURM_SKIP_DOCKER SHOCKSLURM_SKIP_VERSIONS; do
+  if [ "${!knob:-0}" = 1 ] && [ "${SHOCKSLURM_REQUIRE_ALL:-0}" = 1 ]; then
+    echo "tests/run.sh: $knob=1 refused: SHOCKSLURM_REQUIRE_ALL=1, nothing may skip" >&2
+    exit 1
+  fi
+done
 
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   echo "tests/run.sh: installing python3-venv"
@@ -51,9 +56,11 @@ if ! pg_up; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
+# CPU torch for the training helper's tests (tests/test_train_*.py), FIRST: a local wheel answers
+# this pin, and the test extra (lightning) then finds torch satisfied instead of fetching a
+# multi-GB CUDA build from PyPI.
+.venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
-# CPU torch for the training helper's tests (tests/test_train_*.py); a local wheel answers this pin.
-.venv/bin/python -m pip install -q torch==2.13.0
 
 echo "tests/run.sh: mypy (the type checker; pyproject.toml [tool.mypy])"
 .venv/bin/python -m mypy
@@ -85,14 +92,28 @@ else
     || echo "tests/run.sh: could not stop the Slurm test cluster" >&2
 fi
 
+docker_rc=0
 if [ "${SHOCKSLURM_SKIP_DOCKER:-0}" = 1 ]; then
   echo "tests/run.sh: docker smoke SKIPPED (SHOCKSLURM_SKIP_DOCKER=1)"
-  exit "$rc"
+else
+  set +e
+  bash docker/smoke.sh
+  docker_rc=$?
+  set -e
+  [ "$docker_rc" -eq 0 ] || echo "tests/run.sh: the docker smoke FAILED (exit $docker_rc)" >&2
 fi
-set +e
-bash docker/smoke.sh
-docker_rc=$?
-set -e
-[ "$docker_rc" -eq 0 ] || echo "tests/run.sh: the docker smoke FAILED (exit $docker_rc)" >&2
+
+versions_rc=0
+if [ "${SHOCKSLURM_SKIP_VERSIONS:-0}" = 1 ]; then
+  echo "tests/run.sh: Slurm 24.11 smoke SKIPPED (SHOCKSLURM_SKIP_VERSIONS=1)"
+else
+  set +e
+  SHOCKSLURM_PYTHON="$PWD/.venv/bin/python" bash docker/versions.sh 24.11
+  versions_rc=$?
+  bash docker/versions.sh 24.11 --stop
+  set -e
+  [ "$versions_rc" -eq 0 ] || echo "tests/run.sh: the Slurm 24.11 smoke FAILED (exit $versions_rc)" >&2
+fi
 [ "$rc" -ne 0 ] && exit "$rc"
-exit "$docker_rc"
+[ "$docker_rc" -ne 0 ] && exit "$docker_rc"
+exit "$versions_rc"

@@ -25,6 +25,11 @@ def blocker(tmp_path):
     (["trace", "generate", "--jobs", "3", "--out", "{bad}/w.jsonl"], "--out"),
     (["report", "--db", "{db}", "--out", "{bad}/plots"], "--out"),
     (["bench", "switch-cost", "--seeds", "1", "--json", "{bad}/s.json"], "--json"),
+    # the shared option shapes (cli/options.py): the benches check as simulate does
+    (["bench", "quality", "--seeds", "1", "--json", "{bad}/q.json"], "--json"),
+    (["bench", "quality", "--seeds", "1", "--plot", "{bad}/plots"], "--plot"),
+    (["bench", "live", "--json", "{bad}/l.json"], "--json"),
+    (["bench", "live", "--plot", "{bad}/plots"], "--plot"),
 ])
 def test_unwritable_output_fails_before_the_run(blocker, tmp_path, args, option):
     args = [a.format(bad=blocker, db=tmp_path / "x.db") for a in args]

@@ -199,7 +199,7 @@ def test_reconcile_resolves_open_intents_and_records_finished_and_vanished(engin
 def test_slurm_outage_logged_once_backed_off_and_recovered(engine, caplog):
     b = Backend([running(1), job(2, gpus=8)])
     metrics = DaemonMetrics()
-    runner = DaemonRunner(daemon(engine, b, metrics=metrics), parse_config({}))
+    runner = DaemonRunner(daemon(engine, b, metrics=metrics))
 
     def gauge(name, what):
         return metrics.registry.get_sample_value(name, {"what": what})
@@ -234,7 +234,7 @@ def test_an_action_that_finds_the_controller_down_ends_the_round(engine):
             return CommandResult(tuple(argv), 1, "", "scontrol: error: Unable to contact slurm "
                                  "controller (connect failure)", 0.0)
     b = Down([job(1, gpus=8), job(2, gpus=8)])
-    runner = DaemonRunner(daemon(engine, b, policy="fifo"), parse_config({}))
+    runner = DaemonRunner(daemon(engine, b, policy="fifo"))
     assert runner.attempt() == 1.0 and runner.slurm_down_since is not None
     assert len(b.log) == 1            # the first failing call ends the round
 
@@ -242,7 +242,7 @@ def test_an_action_that_finds_the_controller_down_ends_the_round(engine):
 def test_store_down_takes_no_action_logs_once_and_recovers(engine, tmp_path, caplog):
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     d = daemon(engine, b)
-    runner = DaemonRunner(d, parse_config({}))
+    runner = DaemonRunner(d)
     good = d.journal.engine
     dead = open_store(f"sqlite:///{tmp_path / 'gone.db'}", create=True)
     (tmp_path / "gone.db").unlink()
@@ -284,7 +284,7 @@ def test_store_down_between_intents_stops_before_the_next_call(engine):
         def allocate(self, snapshot):
             return RoundPlan(frozenset({2, 3, 4, 5}))
     d.loop.policy = Stop1()
-    runner = DaemonRunner(d, parse_config({}))
+    runner = DaemonRunner(d)
     assert runner.attempt() == d.loop.round_s
     assert [a[1] for a in b.log] == ["--signal=USR1"]       # the requeuehold never ran
     journal.intent = real

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shockslurm.daemon import DaemonRunner, parse_config
+from shockslurm.daemon import DaemonRunner
 from shockslurm.slurm.types import JobState
 from shockslurm.store.leader import FileLeaderLock
 
@@ -51,11 +51,10 @@ class Clock:
 
 
 def _runner(engine, b: Backend, at=lambda t: None, leader=None, **keys):
-    keys = {"round_seconds": ROUND_S, "event_poll_seconds": POLL_S, **keys}
+    keys = {"round_seconds": ROUND_S, "event_poll_seconds": POLL_S, "stop_lead_seconds": 0,
+            **keys}
     d = daemon(engine, b, **keys)
-    cfg = parse_config({"daemon": {"grace_seconds": 5, "policy": "fifo", "min_run_seconds": 0,
-                                   **keys}})
-    runner = DaemonRunner(d, cfg, leader=leader)
+    runner = DaemonRunner(d, leader=leader)
     t = [cs.NOW]
     d.loop.clock = Clock(t)
     runner._wake = FakeWake(t, at)           # type: ignore[assignment]
@@ -149,3 +148,47 @@ def test_a_standby_never_polls(engine, tmp_path):
     assert runner.leading is False and polls == [] and b.calls["jobs"] == reads
     assert runner._wake.waits == [5.0, 5.0]           # the standby's retries, nothing between
     holder.release()
+
+
+def _arrive(b: Backend, job_id: int, gpus: int) -> None:
+    if all(j.job_id != job_id for j in b._jobs):
+        b._jobs = [*b._jobs, job(job_id, gpus=gpus)]
+
+
+def test_an_arrival_that_fits_the_idle_gpus_starts_the_next_round_early(engine):
+    b = Backend([running(1), running(2), running(3)])       # 24 of 32 GPUs busy, one node idle
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _arrive(b, 6, 8))
+    assert runner.run(max_rounds=2) == 2
+    assert t[0] == cs.NOW + 6.0 and runner.early_rounds == 1
+    assert 6 in _released(b)
+
+
+def test_an_arrival_that_does_not_fit_waits_for_the_boundary(engine):
+    b = _full_cluster()                                     # 32 of 32 GPUs busy, job 5 waits
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _arrive(b, 6, 1))
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0
+
+
+def test_stop_lead_starts_each_round_ahead_of_its_boundary(engine):
+    """With `stop_lead_seconds`, a round after a round that ran starts that long before its
+    boundary; the boundaries keep their period (one round apart); the first round is its own
+    boundary; the lead is at most half a round."""
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b, event_poll_seconds=0, stop_lead_seconds=3)
+    starts, boundaries = [], []
+    real = runner.attempt
+
+    def attempt():
+        starts.append(t[0])
+        boundaries.append(runner.boundary)
+        return real()
+
+    runner.attempt = attempt                  # type: ignore[method-assign]
+    runner.run(max_rounds=3)
+    assert boundaries == [cs.NOW, cs.NOW + ROUND_S, cs.NOW + 2 * ROUND_S]
+    assert starts == [cs.NOW, cs.NOW + ROUND_S - 3, cs.NOW + 2 * ROUND_S - 3]
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b, event_poll_seconds=0, stop_lead_seconds=100)
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S / 2 and runner.boundary == cs.NOW + ROUND_S

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,16 +16,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shockslurm.errors import InputError
-from shockslurm.slurm.parse import gpu_indices, parse_scontrol_line, parse_sinfo, parse_squeue
+from shockslurm.slurm.gres import gpu_indices
+from shockslurm.slurm.parse import parse_scontrol_line, parse_sinfo, parse_squeue
 from shockslurm.slurm.types import MANAGED_TAG, SlurmJob, SlurmNode
 from shockslurm.slurm.version import parse_version_text, version_from_meta
 
+from .slurm_samples import VERSIONS, load
+
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-DATA = Path(__file__).parent / "data" / "slurm"
-VERSIONS = ["22.05", "23.02", "23.11", "24.05", "24.11", "25.11"]
-SQUEUE = {v: json.loads((DATA / f"squeue-{v}.json").read_text()) for v in VERSIONS}
-SINFO = {v: json.loads((DATA / f"sinfo-{v}.json").read_text()) for v in VERSIONS}
+SQUEUE = {v: json.loads(load("squeue", v)) for v in VERSIONS}
+SINFO = {v: json.loads(load("sinfo", v)) for v in VERSIONS}
 
 HOSTILE = st.sampled_from([
     "", ";", ";;", "shock:managed", " shock:managed", "shock:managed ", "SHOCK:MANAGED",

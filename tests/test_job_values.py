@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from shockslurm import limits
-from shockslurm.daemon import DaemonRunner, parse_config
+from shockslurm.daemon import DaemonRunner
 from shockslurm.daemon.journal import StoreJournal
 from shockslurm.model import ADAPTATION_MODES, RoundPlan, Snapshot
 from shockslurm.live.journaling import LiveJob
@@ -330,7 +330,7 @@ def test_hostile_specs_leave_other_jobs_scheduled_and_are_flagged_once(tmp_path,
     released = replace(job(17), priority=1, reason="Resources",
                        comment='shock:spec={"epochs":-3};shock:managed')
     b = Backend([job(1, gpus=8)] + hostile + [released])
-    runner = DaemonRunner(daemon(engine, b), parse_config({}))
+    runner = DaemonRunner(daemon(engine, b))
     caplog.set_level(logging.WARNING)
     for _ in range(2):
         assert runner.attempt() is None                # a round, not an outage

@@ -15,7 +15,7 @@ from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.enact import ChurnLimits, commands, diff, fit_on_nodes, pin_nodes
 from shockslurm.model import RoundPlan
 from shockslurm.placement import place_plan
-from shockslurm.slurm.parse import expand_hostlist, gpus_per_allocated_node
+from shockslurm.slurm.gres import expand_hostlist, gpus_per_allocated_node
 from shockslurm.slurm.types import JobState, SlurmNode
 
 from .test_enact import job

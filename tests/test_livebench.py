@@ -200,3 +200,40 @@ def test_an_arm_is_done_when_every_job_finished():
     assert _all_done({1, 4}, 2, TIMELINE) == (False, [])        # 4 not seen by squeue yet
     failed = polls((0.0, {1: (R, 1)}), (1.0, {1: ("FAILED", 1)}))
     assert _all_done({1}, 1, failed) == (True, [1])
+
+
+def test_a_restart_between_two_polls_is_a_new_run():
+    """A job requeued and started again between two polls (a move) shows RUNNING at both: its
+    higher restart count splits the run, so a USR1 before it is not charged the next run."""
+    polls = [Poll(t, {1: Sample("RUNNING", 8, r)}) for t, r in
+             [(0.0, 0), (10.0, 0), (11.0, 1), (100.0, 1)]] + [Poll(108.0, {1: Sample(
+                 "COMPLETED", 8, 1)})]
+    assert job_runs(polls)[1] == [Run(0.0, 11.0), Run(11.0, 108.0)]
+    switch = switch_costs([(10.5, 1)], [], job_runs(polls), 15.0)[0]
+    assert switch.exit_s == 0.5
+
+
+def test_simulate_only_prints_each_arm_and_the_bounds_without_slurm(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shockslurm.cli.main import cli
+
+    out = tmp_path / "b.json"
+    args = ["bench", "live", "--simulate-only", "--cluster", "4x8", "--seed", "11",
+            "--arms", "native,shockwave", "--time-scale", "0.15", "--round-seconds", "15",
+            "--json", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert [a["arm"] for a in doc["arms"]] == ["native", "shockwave"]
+    native, shock = (a["simulated"] for a in doc["arms"])
+    assert native["policy"] == "fifo" and shock["restart_overhead_s"] == 2.0
+    # no schedule beats the bounds
+    assert shock["worst_rho"] >= doc["bounds"]["worst_rho"] - 1e-9
+    assert native["avg_jct_s"] >= doc["bounds"]["avg_jct_s"] - 1e-9
+    assert "No scheduler does better than" in result.output
+    other = CliRunner().invoke(cli, args[:6] + ["12"] + args[7:])     # another seed, another run
+    assert json.loads(out.read_text())["bounds"] != doc["bounds"]
+    assert other.exit_code == 0
+    bad = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4y8"])
+    assert bad.exit_code != 0 and "4y8" in bad.output and "Traceback" not in bad.output

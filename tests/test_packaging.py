@@ -11,9 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# Import names of everything outside the base install (extras daemon, store, torch).
+# Import names of everything outside the base install (extras daemon, store, torch, lightning).
 NOT_BASE = ("sqlalchemy", "alembic", "psycopg", "numpy", "scipy", "cvxpy", "highspy", "ecos",
-            "matplotlib", "prometheus_client", "torch")
+            "matplotlib", "prometheus_client", "torch", "lightning")
 
 
 def _minimum_python() -> tuple[int, int]:
@@ -73,10 +73,12 @@ def test_base_install_runs_without_daemon_dependencies(tmp_path):
 
 def test_run_sh_checks_types_first_and_stops_the_cluster_it_started():
     """The order CI relies on: mypy, pytest, the cluster stopped (unless kept), the docker
-    smoke."""
+    smoke, the live smoke on Slurm 24.11 and its cluster stopped."""
     script = (ROOT / "tests" / "run.sh").read_text()
     steps = [script.index(s) for s in ("-m mypy", "-m pytest", "SHOCKSLURM_KEEP_CLUSTER:-0",
-                                         "testcluster.sh stop", "bash docker/smoke.sh")]
+                                         "testcluster.sh stop", "bash docker/smoke.sh",
+                                         "bash docker/versions.sh 24.11\n",
+                                         "bash docker/versions.sh 24.11 --stop")]
     assert steps == sorted(steps)
     assert 'cluster_was_up" = 1' in script          # a cluster someone else started stays up
 

@@ -50,9 +50,9 @@ def test_cases_run_gated_policies_with_and_without_the_gate_and_the_others_once(
 def test_sim_config_sets_the_gate_and_splits_nodes() -> None:
     gate = sim_config(Case(10, 16, 1, "max_min_fairness", "gate"))
     nogate = sim_config(Case(10, 16, 1, "max_min_fairness", "nogate", node_gpus=8))
-    assert (gate.min_resolve_interval_s, gate.idle_unallocated) == (1000.0, True)
+    assert (gate.settings.min_resolve_interval_s, gate.settings.idle_unallocated) == (1000.0, True)
     assert gate.cluster == "pool"
-    assert (nogate.min_resolve_interval_s, nogate.idle_unallocated) == (0.0, False)
+    assert (nogate.settings.min_resolve_interval_s, nogate.settings.idle_unallocated) == (0.0, False)
     assert nogate.cluster == "2x8" and nogate.adaptation == "reference"
 
 

@@ -231,6 +231,26 @@ def test_signal_is_forwarded_to_training(fake_slurm: dict, tmp_path: Path,
     assert f"after SIG{sig.name.removeprefix('SIG')}" in err
 
 
+def _usr1_once_ready(script: Path, env: dict, ready: Path, never: str
+                     ) -> tuple[subprocess.Popen, str, str]:
+    """Run the job script, send it SIGUSR1 once `ready` exists (failing with `never` if the
+    script ends or 15 s pass first), and return the finished process with its output."""
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, never
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc, out, err
+
+
 def test_trainer_killed_by_the_forwarded_signal_exits_0(fake_slurm: dict,
                                                         tmp_path: Path) -> None:
     """A USR1 that reaches the trainer before it has handlers (Python still starting) kills it;
@@ -241,19 +261,7 @@ def test_trainer_killed_by_the_forwarded_signal_exits_0(fake_slurm: dict,
     script = tmp_path / "job.sbatch"
     script.write_text(_render(replace(SINGLE, command=(sys.executable,
                                                        str(tmp_path / "train.py")))))
-    proc = subprocess.Popen(["bash", str(script)], env=fake_slurm, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 15
-        while not ready.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "training never started"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)
-        _, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, _, err = _usr1_once_ready(script, fake_slurm, ready, "training never started")
     assert "exited with code 138 after SIGUSR1" in err
     assert "a stop before the trainer could handle it" in err and proc.returncode == 0
 
@@ -267,19 +275,7 @@ def test_signal_before_training_starts_exits_0_without_training(fake_slurm: dict
                                                "sleep 1\necho gpu01\n")
     script = tmp_path / "job.sbatch"
     script.write_text(_render(MULTI))
-    proc = subprocess.Popen(["bash", str(script)], env=fake_slurm, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 15
-        while not ready.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "script never started"
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGUSR1)
-        out, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc, out, err = _usr1_once_ready(script, fake_slurm, ready, "script never started")
     assert proc.returncode == 0, err
     assert "SIGUSR1 before training started" in err and "torchrun-arg" not in out
 

@@ -120,8 +120,8 @@ def test_reference_gate_leaves_new_jobs_idle() -> None:
             make_spec(1, epochs=20, bs=10, samples=1200, ips=1.0, arrival=60.0),
             make_spec(2, epochs=2, bs=10, samples=1200, ips=1.0, arrival=300.0)]
     gated = simulate(jobs, "max_min_fairness", SimConfig(gpus=3))
-    eager = simulate(jobs, "max_min_fairness", SimConfig(gpus=3, min_resolve_interval_s=0,
-                                                         idle_unallocated=False))
+    eager = simulate(jobs, "max_min_fairness", SimConfig(gpus=3, settings=PolicySettings(
+        min_resolve_interval_s=0, idle_unallocated=False)))
     # eager: starts at 360 s, keeps 100 of its first 120 iterations (restart), 240 in all
     assert _outcome(eager, 2).completion_s == pytest.approx(360 + 120 + 120 + 20)
     # gated: waits for the re-solve at 1200 s (first boundary >= 120 + 1000 s)
@@ -216,3 +216,42 @@ def test_fill_on_completion_a_run_cut_during_its_restart_owes_the_rest() -> None
     assert [round(x.start_s) for x in r.rounds][:3] == [0, 30, 40]
     assert _outcome(r, 2).completion_s == pytest.approx(150.0)
     assert _outcome(r, 3).completion_s == pytest.approx(110.0)
+
+
+@pytest.mark.parametrize("gang_b, starts_early", [(1, True), (2, False)])
+def test_fill_on_completion_starts_an_arrival_that_fits_the_idle_gpus(gang_b: int,
+                                                                     starts_early: bool) -> None:
+    # On 2 GPUs, A (1 GPU, 240 s) runs alone; B (100 s) arrives at 10 s. A 1-GPU B fits the
+    # idle GPU: a round starts at its arrival. A 2-GPU B does not: it waits for the boundary.
+    a = make_spec(0, epochs=2, bs=10, samples=1200, ips=1.0)
+    b = make_spec(1, epochs=1, bs=10, samples=1000, ips=1.0, arrival=10.0, gang=gang_b)
+    r = simulate([a, b], "fifo", SimConfig(gpus=2, fill_on_completion=True, restart_overhead_s=0))
+    starts = [round(x.start_s) for x in r.rounds]
+    if starts_early:
+        assert starts[:2] == [0, 10]
+        assert _outcome(r, 1).completion_s == pytest.approx(110.0)
+        assert _outcome(r, 0).completion_s == pytest.approx(240.0)     # A was not disturbed
+    else:
+        assert 10 not in starts
+        assert _outcome(r, 1).completion_s > 200.0
+
+
+@pytest.mark.parametrize("samples_a, ask, kept", [(6000, 60.0, True), (1300, 120.0, True),
+                                                   (6000, 120.0, False)])
+def test_live_like_rounds_keep_the_jobs_the_daemons_churn_bounds_keep(samples_a: int, ask: float,
+                                                                        kept: bool) -> None:
+    # One GPU, 60 s rounds: A runs from 0; at `ask` the plan says B instead. The daemon keeps A
+    # when its run is younger than 1.5 rounds (90 s: at 60 s), or when it ends within half a
+    # round (1300 samples: 10 s left at 120 s); a long A that ran 2 rounds gives way to B.
+    from shockslurm.churn_rules import ChurnLimits
+    from shockslurm.sim.cluster import SimulatedCluster
+
+    a = make_spec(0, epochs=1, bs=10, samples=samples_a, ips=1.0)
+    b = make_spec(1, epochs=1, bs=10, samples=600, ips=1.0)
+    cluster = SimulatedCluster(1, [a, b], round_s=60.0, restart_overhead_s=0.0,
+                               fill_on_completion=True, churn=ChurnLimits.for_round(60.0))
+    cluster.enact(RoundPlan(frozenset({0})), cluster.observe(0.0))
+    if ask > 60.0:
+        cluster.enact(RoundPlan(frozenset({0})), cluster.observe(60.0))
+    cluster.enact(RoundPlan(frozenset({1})), cluster.observe(ask))
+    assert {d.job_id for d in cluster._running} == ({0} if kept else {1})

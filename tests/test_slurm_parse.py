@@ -7,62 +7,104 @@ import json
 import logging
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
 from shockslurm.errors import InputError
 from shockslurm.slurm import backend as backend_mod
 from shockslurm.slurm.cli_backend import CliBackend
-from shockslurm.slurm.parse import (gpu_count, gpu_indices, parse_job, parse_scontrol_line,
-                                    parse_sinfo, parse_squeue)
+from shockslurm.slurm.gres import gpu_count, gpu_indices
+from shockslurm.slurm.parse import parse_job, parse_scontrol_line, parse_sinfo, parse_squeue
 from shockslurm.slurm.pyslurm_backend import PyslurmBackend
 from shockslurm.slurm.states import parse_job_state
 from shockslurm.slurm.types import CommandResult, JobState, SlurmVersion
 from shockslurm.slurm.version import detect_version, parse_version_text, version_from_meta
 
-DATA = Path(__file__).parent / "data" / "slurm"
-VERSIONS = ["22.05", "23.02", "23.11", "24.05", "24.11", "25.11"]
-NEWER = VERSIONS[1:]      # compared with 22.05, the version recorded live
+from .slurm_samples import RECONSTRUCTED, RECORDED, VERSIONS, load
 
-
-def _load(kind: str, ver: str) -> str:
-    return (DATA / f"{kind}-{ver}.json").read_text()
+NEWER_RECORDED = RECORDED[1:]    # recorded live like 22.05, at another moment, other job ids
 
 
 def test_the_live_22_05_samples_parse_to_what_they_hold():
-    jobs = parse_squeue(_load("squeue", "22.05"))
+    jobs = parse_squeue(load("squeue", "22.05"))
     assert [(j.job_id, j.state, j.partition, j.managed) for j in jobs] == [
         (3, JobState.PENDING, "gpu", True), (4, JobState.RUNNING, "gpu", True),
         (5, JobState.PENDING, "gpu", True), (6, JobState.RUNNING, "gpu", False),
         (7, JobState.PENDING, "gpu", True)]
-    nodes = parse_sinfo(_load("sinfo", "22.05"))
+    nodes = parse_sinfo(load("sinfo", "22.05"))
     assert [(n.name, n.state, n.gpus, n.gpus_used) for n in nodes] == [
         ("gpu01", "mixed", 8, 6), ("gpu02", "idle", 8, 0), ("gpu03", "idle", 8, 0),
         ("gpu04", "idle", 8, 0)]
     assert nodes[0].partitions == ("gpu", "urgent")
 
 
-@pytest.mark.parametrize("ver", NEWER)
-def test_every_squeue_sample_normalises_to_the_live_22_05_records(ver):
-    expected = parse_squeue(_load("squeue", "22.05"))
-    assert parse_squeue(_load("squeue", ver)) == expected
+@pytest.mark.parametrize("ver", RECONSTRUCTED)
+def test_every_reconstructed_squeue_sample_normalises_to_the_live_22_05_records(ver):
+    expected = parse_squeue(load("squeue", "22.05"))
+    assert parse_squeue(load("squeue", ver)) == expected
 
 
-@pytest.mark.parametrize("ver", NEWER)
-def test_every_sinfo_sample_normalises_to_the_live_22_05_records(ver):
-    assert parse_sinfo(_load("sinfo", ver)) == parse_sinfo(_load("sinfo", "22.05"))
+@pytest.mark.parametrize("ver", RECONSTRUCTED)
+def test_every_reconstructed_sinfo_sample_normalises_to_the_live_22_05_records(ver):
+    assert parse_sinfo(load("sinfo", ver)) == parse_sinfo(load("sinfo", "22.05"))
+
+
+def _scenario(jobs: list) -> list[tuple]:
+    """What the recording's five jobs must be on every version (ids, times, users, the plugin's
+    gres spelling and which GPU indices a job got differ between recordings)."""
+    return sorted((j.name, j.state, j.partition, j.managed, j.held, j.gpus_per_node,
+                   j.gpus_per_job, j.gpus, j.nodes, bool(j.node_list), j.restart_count, j.comment,
+                   j.reason, "REQUEUE_HOLD" in j.state_flags, len(j.gres_detail),
+                   j.start_time is None, j.required_nodes,
+                   j.admin_comment.replace("gres/gpu:", "gres:gpu:")) for j in jobs)
+
+
+@pytest.mark.parametrize("ver", NEWER_RECORDED)
+def test_recorded_squeue_samples_hold_the_22_05_scenario(ver):
+    jobs = parse_squeue(load("squeue", ver))
+    assert _scenario(jobs) == _scenario(parse_squeue(load("squeue", "22.05")))
+    run = next(j for j in jobs if j.name == "rec-run")
+    assert len(gpu_indices(run.gres_detail)) == 3
+    assert len(jobs) == 5 and len({j.job_id for j in jobs}) == 5
+
+
+@pytest.mark.parametrize("ver", NEWER_RECORDED)
+def test_recorded_scontrol_json_gives_the_squeue_records(ver):
+    """`scontrol show job --json` (23.02+) has the same job shape as `squeue --json`."""
+    assert parse_squeue(load("scontrol", ver)) == parse_squeue(load("squeue", ver))
+
+
+@pytest.mark.parametrize("ver", NEWER_RECORDED)
+def test_recorded_sinfo_samples_hold_the_four_nodes(ver):
+    for kind in ("sinfo", "sinfo-N"):       # the daemon reads `sinfo -N --json`
+        nodes = {n.name: n for n in parse_sinfo(load(kind, ver))}
+        assert set(nodes) == {"gpu01", "gpu02", "gpu03", "gpu04"}, kind
+        assert all(n.gpus == 8 and set(n.partitions) == {"gpu", "urgent"} and n.usable
+                   for n in nodes.values()), kind
+        # rec-run (3 GPUs) is the only GPU job running: on one node with the CPU job
+        used = sorted((n.gpus_used, n.state) for n in nodes.values())
+        assert used == [(0, "idle")] * 3 + [(3, "mixed")], kind
+
+
+@pytest.mark.parametrize("ver", NEWER_RECORDED)
+def test_recorded_scontrol_text_keeps_tags_and_gres(ver):
+    rows = {f["JobName"]: f for f in map(parse_scontrol_line, load("scontrol", ver, "txt")
+                                         .splitlines())}
+    assert rows["rec-held"]["Comment"] == "shock:spec=x;shock:managed"
+    assert rows["rec-held"]["Priority"] == "0"
+    assert rows["rec-run"]["GRES"].startswith("gpu:3(IDX:")
+    assert "Comment" not in rows["rec-cpu"] and rows["rec-cpu"]["ReqNodeList"] == "(null)"
 
 
 @pytest.mark.parametrize("ver", VERSIONS)
 def test_sample_meta_gives_its_version(ver):
     for kind in ("squeue", "sinfo"):
-        meta = json.loads(_load(kind, ver))["meta"]
+        meta = json.loads(load(kind, ver))["meta"]
         assert "%d.%02d" % version_from_meta(meta).major_minor == ver
 
 
 def test_live_22_05_jobs_fields():
-    jobs = {j.name: j for j in parse_squeue(_load("squeue", "22.05"))}
+    jobs = {j.name: j for j in parse_squeue(load("squeue", "22.05"))}
     held = jobs["rec-held"]
     assert held.managed and held.held and held.gpus_per_node == 2 and held.reason == "JobHeldUser"
     assert held.comment == "shock:spec=x;shock:managed" and held.start_time is None
@@ -78,7 +120,7 @@ def test_live_22_05_jobs_fields():
 
 
 def test_live_22_05_nodes():
-    nodes = {n.name: n for n in parse_sinfo(_load("sinfo", "22.05"))}
+    nodes = {n.name: n for n in parse_sinfo(load("sinfo", "22.05"))}
     assert set(nodes) == {"gpu01", "gpu02", "gpu03", "gpu04"}
     assert nodes["gpu01"].gpus == 8 and nodes["gpu01"].gpus_used == 6
     assert nodes["gpu02"].partitions == ("gpu", "urgent") and nodes["gpu02"].usable
@@ -124,7 +166,7 @@ def test_gpu_count(spec, n):
 
 
 def _job(**over):
-    rec = json.loads(_load("squeue", "22.05"))["jobs"][0]
+    rec = json.loads(load("squeue", "22.05"))["jobs"][0]
     rec.update(over)
     return rec
 
@@ -160,7 +202,7 @@ def test_numbers_objects_unset_and_infinite():
 
 def test_squeue_filters_are_not_trusted():
     """22.05's squeue --json ignores -j/-t: finished jobs come too and must parse."""
-    doc = json.loads(_load("squeue", "22.05"))
+    doc = json.loads(load("squeue", "22.05"))
     doc["jobs"][0]["job_state"] = "CANCELLED"
     assert parse_squeue(doc)[0].state.finished
 

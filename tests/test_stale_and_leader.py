@@ -71,7 +71,7 @@ def test_locked_store_mid_round_no_action_one_line_each_edge(engine, db, caplog)
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     metrics = DaemonMetrics()
     d = daemon(engine, b, metrics=metrics, store_timeout_seconds=TIMEOUT_S)
-    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    runner = DaemonRunner(d)
     caplog.set_level(logging.DEBUG, logger="shockslurm")
     assert runner.attempt() is None                       # one good round first
     b.log.clear()
@@ -101,7 +101,7 @@ def test_locked_postgresql_store_stops_the_round_within_the_timeout(store_url, c
     engine = open_store(store_url, create=True, timeout_s=TIMEOUT_S)
     b = Backend([running(1), job(2, gpus=8)])
     d = daemon(engine, b)
-    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    runner = DaemonRunner(d)
     assert runner.attempt() is None
     b.log.clear()
     b._jobs.append(job(3, gpus=8))
@@ -160,7 +160,7 @@ def test_daemon_construction_writes_nothing(engine, db):
     finally:
         lock.release()
     assert d.journal.run_id is None                 # the run row comes with the first round
-    DaemonRunner(d, parse_config({})).attempt()
+    DaemonRunner(d).attempt()
     assert d.journal.run_id is not None
     with engine.connect() as conn:
         config = conn.execute(text("SELECT config FROM runs WHERE kind = 'live'")).scalar()
@@ -213,7 +213,7 @@ def test_runner_re_reads_at_once_then_waits_a_round(engine, caplog):
     b = Backend([job(1, gpus=8)])
     d = daemon(engine, b, max_snapshot_age_seconds=2)
     assert d.cluster.max_snapshot_age_s == 2.0
-    runner = DaemonRunner(d, parse_config({"daemon": {"round_seconds": 10}}))
+    runner = DaemonRunner(d)
     t = [0.0]
     d.cluster._monotonic = lambda: t[0]
     real = d.loop.policy.allocate
@@ -323,11 +323,10 @@ def test_advisory_lock_unreachable_server_is_unavailable():
 def test_standby_takes_no_action_and_takes_over(engine, db, caplog):
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     m1, m2 = DaemonMetrics(), DaemonMetrics()
-    cfg = parse_config({"daemon": {"round_seconds": 10, "standby_retry_seconds": 2}})
-    first = DaemonRunner(daemon(engine, b, metrics=m1), cfg,
+    first = DaemonRunner(daemon(engine, b, metrics=m1, standby_retry_seconds=2),
                          leader=FileLeaderLock(db + ".leader"))
-    second_d = daemon(engine, b, metrics=m2)
-    second = DaemonRunner(second_d, cfg, leader=FileLeaderLock(db + ".leader"))
+    second_d = daemon(engine, b, metrics=m2, standby_retry_seconds=2)
+    second = DaemonRunner(second_d, leader=FileLeaderLock(db + ".leader"))
     caplog.set_level(logging.INFO, logger="shockslurm.daemon")
     assert first.attempt() is None and b.log
     calls = b.calls["jobs"]
@@ -353,7 +352,7 @@ def test_a_leader_that_lost_its_lock_stops_before_the_next_action(engine, db, ca
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     lock = FileLeaderLock(db + ".leader")
     d = daemon(engine, b)
-    runner = DaemonRunner(d, parse_config({}), leader=lock)
+    runner = DaemonRunner(d, leader=lock)
     assert runner.attempt() is None and runner.leading
     b.log.clear()
     b._jobs.append(job(4, gpus=8))
@@ -394,16 +393,15 @@ def test_postgresql_standby_takes_over_when_the_leader_session_ends(store_url, c
     engine = open_store(store_url, create=True, timeout_s=2)
     cluster = f"takeover-{os.getpid()}-{time.time_ns()}"
     b = Backend([running(1), job(2, gpus=8)])
-    cfg = parse_config({"daemon": {"round_seconds": 10, "cluster": cluster}})
-    first = DaemonRunner(daemon(engine, b), cfg,
+    first = DaemonRunner(daemon(engine, b, cluster=cluster),
                          leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
-    second = DaemonRunner(daemon(engine, b), cfg,
+    second = DaemonRunner(daemon(engine, b, cluster=cluster),
                           leader=AdvisoryLeaderLock(store_url, cluster, timeout_s=2))
     caplog.set_level(logging.INFO, logger="shockslurm.daemon")
     try:
         assert first.attempt() is None and b.log
         b.log.clear()
-        assert second.attempt() == cfg.standby_retry_seconds and b.log == []
+        assert second.attempt() == second.cfg.standby_retry_seconds and b.log == []
         assert any(f"standby: pid {os.getpid()}" in r.getMessage() for r in caplog.records)
         first.leader.dispose()                       # the leader's session ends
         b._jobs.append(job(3, gpus=8))

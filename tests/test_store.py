@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from click.testing import CliRunner
@@ -28,7 +29,7 @@ from shockslurm.cli.main import cli
 from shockslurm.store import StoreError, current_revision, head_revision, make_engine, open_store
 from shockslurm.store import repository as repo
 from shockslurm.store.ddl import generate_ddl
-from shockslurm.store.database import upgrade
+from shockslurm.store.database import alembic_config, upgrade
 from shockslurm.store.models import (Base, BatchSizeChange, Checkpoint, EnactmentIntent, Job,
                                      JobEvent, PlanEntry, Round, Run, ThroughputSample)
 
@@ -167,6 +168,33 @@ def test_upgrade_from_0001_keeps_rows(store_url: str) -> None:
         assert "report_key" in {c["name"] for c in inspect(eng).get_columns("jobs")}
         with Session(eng) as s:
             assert s.scalars(select(Job)).one().report_key is None
+    finally:
+        eng.dispose()
+
+
+def test_round_idle_columns_from_0003(store_url: str) -> None:
+    """0004 adds the rounds' idle GPU-seconds by cause: a round recorded before it reads NULL,
+    a new one its values; a downgrade to 0003 drops them again."""
+    eng = make_engine(store_url)
+    try:
+        assert upgrade(eng, "0003") == "0003"
+        with Session(eng) as s, s.begin():
+            run = repo.add_run(s, policy="fifo", config={})
+            s.execute(insert(Round.__table__).values(run_id=run.id, round_index=0, time_s=1.0,
+                                                     policy="fifo", solve_s=0.0))
+        assert upgrade(eng) == head_revision()
+        with Session(eng) as s, s.begin():
+            run = s.scalars(select(Run)).one()
+            repo.record_round(s, run, index=1, time_s=2.0, policy="fifo", solve_s=0.0, plan={},
+                              idle_gpu_s={"switch": 12.5, "unplaceable": 0.0, "waiting": 3.0})
+        with Session(eng) as s:
+            rows = [(r.round_index, r.idle_switch_gpu_s, r.idle_unplaceable_gpu_s,
+                     r.idle_waiting_gpu_s) for r in s.scalars(select(Round).order_by(
+                         Round.round_index))]
+        assert rows == [(0, None, None, None), (1, 12.5, 0.0, 3.0)]
+        with eng.begin() as conn:
+            command.downgrade(alembic_config(conn), "0003")
+        assert "idle_switch_gpu_s" not in {c["name"] for c in inspect(eng).get_columns("rounds")}
     finally:
         eng.dispose()
 

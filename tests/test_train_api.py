@@ -18,8 +18,11 @@ import shockslurm.train  # noqa: E402
 from shockslurm.train import Lease, ShockTrainer, lease  # noqa: E402
 from shockslurm.train.reports import Reporter  # noqa: E402
 
+from .train_job import TRAIN_LOOP, job_env  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 API = ["CheckpointManager", "CorruptCheckpoint", "Lease", "Reporter", "ResumableSampler",
+       "ShardedCheckpointManager",
        "ShockTrainer", "install_signal_handlers", "load_checkpoint"]
 
 # A job's script: the helper first, then (once the test has signalled it) torch and the loop.
@@ -28,35 +31,12 @@ import sys
 import shockslurm.train
 print("imported", "torch" in sys.modules, flush=True)
 sys.stdin.readline()                    # the test signals here, before torch is imported
-import torch
-from shockslurm.train import ShockTrainer
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-gen = torch.Generator().manual_seed(1)
-x, y = torch.randn(64, 4, generator=gen), torch.randint(0, 2, (64,), generator=gen)
-with ShockTrainer(model, opt, ckpt_dir=sys.argv[1], every_steps=None, every_seconds=None) as st:
-    print("resumed at", st.global_step, flush=True)
-    for _, _, batches in st.epochs((x, y), 8, 3):
-        for _, (xb, yb) in batches:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(xb), yb).backward()
-            opt.step()
-            if st.step():
-                print("stopped at", st.global_step, st.stop_reason, flush=True)
-                st.save_and_exit()
-    torch.save(model.state_dict(), sys.argv[2])
-print("finished", st.global_step, flush=True)
-"""
+""" + TRAIN_LOOP
 
 
 def _job_env(**more: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "SHOCKSLURM_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE")}
-    env.update(PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1", **more)
-    return env
+    return job_env(PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **more)
 
 
 def _run_job(ckpt: Path, out: Path, env: dict[str, str],

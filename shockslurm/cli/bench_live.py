@@ -11,8 +11,9 @@ from pathlib import Path
 import click
 
 from ..errors import ShockslurmError
-from ..model import Node
+from ..model import JobSpec, Node
 from ..policies import REGISTRY
+from .options import json_option, plot_option
 
 DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
 DEFAULT_TIME_SCALE = 0.25
@@ -67,30 +68,38 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="Where plans, job logs, stores and daemon logs go (default: a new temporary "
                    "directory, kept).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write every arm's numbers (and the workload's shape) as JSON.")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write per-arm timeline and utilisation charts and rho-by-arm there.")
+@click.option("--seed", type=click.IntRange(min=0), default=None,
+              help="The built-in workload's seed (default: the benchmark's own, 10).")
+@click.option("--cluster", "cluster_shape_text", default=None,
+              help="Nodes as NODESxGPUS (e.g. 4x8) instead of reading the partition from Slurm "
+                   "(for --simulate-only away from the cluster).")
+@click.option("--simulate-only", is_flag=True,
+              help="Run no arm: print each arm's simulated numbers and the bounds only.")
+@click.option("--restart-overhead", type=click.FloatRange(min=0), default=2.0,
+              show_default=True,
+              help="With --simulate-only: the switch cost in seconds (the live median switch).")
+@json_option("Write every arm's numbers (and the workload's shape) as JSON.")
+@plot_option("Write per-arm timeline and utilisation charts and rho-by-arm there.")
 def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_seconds: float,
              grace_seconds: float, partition: str, native_partition: str, arm_timeout: float,
-             workdir: Path | None, json_out: Path | None, plot_dir: Path | None) -> None:
+             workdir: Path | None, seed: int | None, cluster_shape_text: str | None,
+             simulate_only: bool, restart_overhead: float, json_out: Path | None,
+             plot_dir: Path | None) -> None:
     """Replay a workload on the real Slurm cluster: plain Slurm and each policy through the
     daemon, one arm after another, with the simulator's prediction beside each."""
     from ..livebench import workload as wl
     from ..livebench.arms import ArmSettings, run_arm
     from ..livebench.report import markdown_table, measured_switch_s, predict
-    from ..workload.jsonl import read_jobs
 
     arm_list = _arms(arms)
     # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
     signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        nodes = cluster_nodes(partition)
-        gpus = sum(n.gpus for n in nodes)
-        trace = read_jobs(workload_path) if workload_path else wl.default_workload(gpus)
-    except ShockslurmError as exc:
-        raise click.ClickException(str(exc)) from None
+    nodes, trace = _cluster_and_workload(partition, cluster_shape_text, workload_path, seed)
+    gpus = sum(n.gpus for n in nodes)
     jobs = wl.scale(trace, time_scale)
+    if simulate_only:
+        _simulate_only(jobs, arm_list, nodes, round_seconds, restart_overhead, json_out)
+        return
     directory = workdir or Path(tempfile.mkdtemp(prefix="shockslurm-benchlive-"))
     settings = ArmSettings(workdir=directory, round_seconds=round_seconds,
                            grace_seconds=grace_seconds, managed_partition=partition,
@@ -99,8 +108,10 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     click.echo(f"bench live: {shape}, time scale {time_scale}, rounds {round_seconds:g} s, "
                f"cluster {len(nodes)} nodes / {gpus} GPUs, work in {directory}", err=True)
     results: list[dict] = []
+    bounds = _bounds(jobs, gpus)
     document = {"workload": {**shape, "source": str(workload_path or "built-in"),
                              "time_scale": time_scale},
+                "bounds": bounds,
                 "round_seconds": round_seconds, "grace_seconds": grace_seconds,
                 "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
                 "arms": results}
@@ -118,8 +129,56 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
         if json_out is not None:     # after every arm: a later failure keeps the earlier ones
             json_out.write_text(json.dumps(document, indent=2) + "\n")
     click.echo(markdown_table(results))
+    _echo_bounds(bounds)
     if plot_dir is not None:
         _plots(results, plot_dir)
+
+
+def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path | None,
+                          seed: int | None) -> tuple[tuple[Node, ...], list[JobSpec]]:
+    """The nodes (a shape, else the partition's from Slurm) and the trace-second workload."""
+    from ..livebench import workload as wl
+    from ..model import parse_cluster_shape
+    from ..workload.jsonl import read_jobs
+
+    try:
+        nodes = parse_cluster_shape(shape) if shape else cluster_nodes(partition)
+        gpus = sum(n.gpus for n in nodes)
+        if workload_path is not None:
+            return nodes, read_jobs(workload_path)
+        return nodes, wl.default_workload(gpus, seed=wl.DEFAULT_SEED if seed is None else seed)
+    except (ShockslurmError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...],
+                   round_s: float, restart_overhead_s: float, json_out: Path | None) -> None:
+    """Each arm's prediction and the bounds, without running anything on Slurm."""
+    from ..livebench.report import markdown_table, predict
+
+    gpus = sum(n.gpus for n in nodes)
+    results = [{"arm": arm, "simulated": predict(jobs, arm, nodes, round_s, restart_overhead_s)}
+               for arm in arms]
+    bounds = _bounds(jobs, gpus)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"bounds": bounds, "round_seconds": round_s,
+                                        "restart_overhead_s": restart_overhead_s,
+                                        "arms": results}, indent=2) + "\n")
+    click.echo(markdown_table(results))
+    _echo_bounds(bounds)
+
+
+def _echo_bounds(bounds: dict[str, float]) -> None:
+    click.echo(f"\nNo scheduler does better than: worst rho {bounds['worst_rho']:.2f} (fluid "
+               f"relaxation), average JCT {bounds['avg_jct_s']:.0f} s (every job alone).")
+
+
+def _bounds(jobs: list[JobSpec], gpus: int) -> dict[str, float]:
+    """What no scheduler beats on this workload (`sim.bounds`), in real seconds."""
+    from ..sim.bounds import avg_jct_bound, worst_rho_bound
+
+    return {"worst_rho": round(worst_rho_bound(jobs, gpus), 3),
+            "avg_jct_s": round(avg_jct_bound(jobs), 1)}
 
 
 def _plots(results: list[dict], plot_dir: Path) -> None:

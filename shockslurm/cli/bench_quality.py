@@ -16,6 +16,7 @@ from ..sim.quality import (REFERENCE, SIZES, Row, cases, parse_sizes, quality_ru
                            size_label, size_summary, write_frontier_plots)
 from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
+from .options import json_option, plot_option, policy_list
 
 DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
 
@@ -63,11 +64,7 @@ def _finite(value: Any) -> Any:
 
 
 def _policy_list(value: str) -> list[str]:
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    unknown = [p for p in names if p not in REGISTRY]
-    if unknown or not names:
-        raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
-                                 f"{', '.join(REGISTRY)}", param_hint="--policies")
+    names = policy_list(value, "--policies")
     if REFERENCE not in names:
         names.insert(0, REFERENCE)      # every ratio is against it
     return names
@@ -96,10 +93,8 @@ def _table(throughputs: Path | None) -> Throughputs:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Simulations at once (a process pool; results are the same, the solve times "
                    "are not comparable with a sequential run's).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write every run, the ratios and the per-size summary to this JSON file.")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write a frontier plot (makespan vs worst rho) per size into this folder.")
+@json_option("Write every run, the ratios and the per-size summary to this JSON file.")
+@plot_option("Write a frontier plot (makespan vs worst rho) per size into this folder.")
 def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str, node_gpus: int,
                 workers: int, json_out: Path | None, plot_dir: Path | None) -> None:
     """Shockwave against every baseline on reference-like workloads (contended: the 120-job

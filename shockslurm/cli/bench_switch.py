@@ -51,7 +51,7 @@ def switch_cost_cmd(traces: tuple[Path, ...], seeds: str, jobs: int, jobs_per_ho
                     shape: str, overheads: str, policies: str, json_out: Path | None) -> None:
     """Median makespan, average JCT and worst rho over workloads per policy and restart
     overhead, as a Markdown table (and JSON with --json)."""
-    from .simulate import policy_list
+    from .options import policy_list
 
     names = policy_list(policies)
     costs = _numbers(overheads, "--restart-overhead", float)

@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -30,6 +30,9 @@ from ..errors import ShockslurmError
 
 if TYPE_CHECKING:
     from ..daemon.runner import DaemonRunner
+    from ..ops.config import DaemonConfig
+    from ..ops.metrics import DaemonMetrics
+    from ..store.leader import LeaderLock
 
 
 def _fail_if_down(runner: DaemonRunner) -> None:
@@ -52,59 +55,18 @@ def _fail_if_down(runner: DaemonRunner) -> None:
 @click.option("--once", is_flag=True, help="Run one round and exit.")
 def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     """Schedule managed Slurm jobs with a policy, one round every round_seconds."""
-    from ..daemon.runner import DaemonRunner, build_daemon, open_store_waiting
-    from ..ops import logsetup
     from ..ops.config import config_path as resolve_path
-    from ..ops.config import load_config, mask
-    from ..ops.metrics import DaemonMetrics
-    from ..slurm.backend import make_backend
-    from ..slurm.dryrun import DryRunBackend
-    from ..store.leader import leader_lock
+    from ..ops.config import mask
 
     path = resolve_path(config_path, os.environ)
     stop_metrics = None
     leader = None
     try:
-        cfg = load_config(path, os.environ)
-        # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
-        logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald)
-        log = logging.getLogger("shockslurm.daemon")
-        backend = make_backend(cfg.backend)
-        if dry_run:
-            backend = DryRunBackend(backend, echo=click.echo)
-        metrics = DaemonMetrics()
-        if cfg.metrics_port and not (dry_run or once):
-            try:
-                stop_metrics = metrics.serve(cfg.metrics_address, cfg.metrics_port)
-            except OSError as exc:
-                raise click.ClickException(
-                    f"{path}, field 'daemon.metrics_port': cannot serve metrics on "
-                    f"{cfg.metrics_address}:{cfg.metrics_port}: {exc.strerror or exc}") from None
-        log.info("shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "
-                 "backend=%s db=%s metrics=%s%s%s", path, cfg.policy, cfg.round_seconds,
-                 cfg.grace_seconds, ",".join(cfg.partitions), backend.name, mask(cfg.db),
-                 f"{cfg.metrics_address}:{cfg.metrics_port}" if stop_metrics else "off",
-                 f" job_name_prefix={cfg.job_name_prefix}" if cfg.job_name_prefix else "",
-                 " (dry run)" if dry_run else "",
-                 extra={"fields": {"event": "start", "policy": cfg.policy,
-                                   "round_seconds": cfg.round_seconds}})
-        engine = None
-        if not dry_run:
-            engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
-                                        retry_s=cfg.round_seconds)
-            leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
-        daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
-        journald = cfg.journald     # a restart key: SIGHUP changes only the format
-
-        def relog(log_format: str) -> None:
-            logsetup.configure(log_format, journald=journald)
-
-        runner = DaemonRunner(daemon, cfg, load=lambda: load_config(path, os.environ),
-                              on_log_format=relog, leader=leader)
-        runner.install_signals()
+        runner, stop_metrics, leader = _start(path, dry_run, once)
         rounds = runner.run(max_rounds=1 if once else None)
-        log.info("shockslurm daemon: stopped after %d rounds", rounds,
-                 extra={"fields": {"event": "stop", "rounds": rounds}})
+        logging.getLogger("shockslurm.daemon").info(
+            "shockslurm daemon: stopped after %d rounds", rounds,
+            extra={"fields": {"event": "stop", "rounds": rounds}})
         if once:
             _fail_if_down(runner)
     except ShockslurmError as exc:
@@ -114,3 +76,71 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
             leader.release()
         if stop_metrics is not None:
             stop_metrics()
+
+
+def _start(path: Path, dry_run: bool, once: bool
+           ) -> tuple[DaemonRunner, Callable[[], None] | None, LeaderLock | None]:
+    """The start-up path: the configuration, logs, Slurm backend, metrics endpoint, store and
+    leader lock, the daemon built and `cfg` applied (the path a SIGHUP reload takes too:
+    `DaemonRunner.reload`). Returns the runner, the metrics endpoint's stop, the lock."""
+    from ..daemon.runner import DaemonRunner, build_daemon, open_store_waiting
+    from ..ops import logsetup
+    from ..ops.config import load_config
+    from ..ops.metrics import DaemonMetrics
+    from ..slurm.backend import make_backend
+    from ..slurm.dryrun import DryRunBackend
+    from ..store.leader import leader_lock
+
+    cfg = load_config(path, os.environ)
+    # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
+    logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald)
+    backend = make_backend(cfg.backend)
+    if dry_run:
+        backend = DryRunBackend(backend, echo=click.echo)
+    metrics = DaemonMetrics()
+    stop_metrics = None if dry_run or once else _serve_metrics(metrics, cfg, path)
+    _log_start(cfg, path, backend.name, bool(stop_metrics), dry_run)
+    engine = leader = None
+    if not dry_run:
+        engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
+                                    retry_s=cfg.round_seconds)
+        leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
+    daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
+    journald = cfg.journald     # a restart key: SIGHUP changes only the format
+
+    def relog(log_format: str) -> None:
+        logsetup.configure(log_format, journald=journald)
+
+    runner = DaemonRunner(daemon, load=lambda: load_config(path, os.environ),
+                          on_log_format=relog, leader=leader)
+    runner.install_signals()
+    return runner, stop_metrics, leader
+
+
+def _serve_metrics(metrics: DaemonMetrics, cfg: DaemonConfig, path: Path
+                   ) -> Callable[[], None] | None:
+    """The Prometheus endpoint (None when `metrics_port` is 0); a port that cannot be bound
+    is an error naming the key."""
+    if not cfg.metrics_port:
+        return None
+    try:
+        return metrics.serve(cfg.metrics_address, cfg.metrics_port)
+    except OSError as exc:
+        raise click.ClickException(
+            f"{path}, field 'daemon.metrics_port': cannot serve metrics on "
+            f"{cfg.metrics_address}:{cfg.metrics_port}: {exc.strerror or exc}") from None
+
+
+def _log_start(cfg: DaemonConfig, path: Path, backend: str, serving: bool,
+               dry_run: bool) -> None:
+    from ..ops.config import mask
+
+    logging.getLogger("shockslurm.daemon").info(
+        "shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "
+        "backend=%s db=%s metrics=%s%s%s", path, cfg.policy, cfg.round_seconds,
+        cfg.grace_seconds, ",".join(cfg.partitions), backend, mask(cfg.db),
+        f"{cfg.metrics_address}:{cfg.metrics_port}" if serving else "off",
+        f" job_name_prefix={cfg.job_name_prefix}" if cfg.job_name_prefix else "",
+        " (dry run)" if dry_run else "",
+        extra={"fields": {"event": "start", "policy": cfg.policy,
+                          "round_seconds": cfg.round_seconds}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -44,35 +44,37 @@ def dir_problem(path: Path) -> str | None:
     return None
 
 
-class OutputFile(click.Path):
+class _Output(click.Path):
+    """A path the command writes; refused at parse time when `problem` finds a reason."""
+
+    problem: Callable[[Path], str | None]
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        problem = type(self).problem(path)
+        if problem:
+            self.fail(f"{path}: {problem}", param, ctx)
+        return path
+
+
+class OutputFile(_Output):
     """A file the command writes; refused at parse time when it could not be written."""
+
+    problem = staticmethod(file_problem)
 
     def __init__(self) -> None:
         super().__init__(dir_okay=False, path_type=Path)
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        path = Path(os.fsdecode(super().convert(value, param, ctx)))
-        problem = file_problem(path)
-        if problem:
-            self.fail(f"{path}: {problem}", param, ctx)
-        return path
 
-
-class OutputDir(click.Path):
+class OutputDir(_Output):
     """A directory the command writes files into (created when missing); refused at parse time
     when it could not be."""
 
+    problem = staticmethod(dir_problem)
+
     def __init__(self) -> None:
         super().__init__(file_okay=False, path_type=Path)
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        path = Path(os.fsdecode(super().convert(value, param, ctx)))
-        problem = dir_problem(path)
-        if problem:
-            self.fail(f"{path}: {problem}", param, ctx)
-        return path
 
 
 def write_output(path: Path, text: str, option: str) -> None:

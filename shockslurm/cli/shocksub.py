@@ -25,14 +25,13 @@ import click
 
 from ..errors import ConfigError, InputError, ShockslurmError
 from ..model import ADAPTATION_MODES
-from ..siteconfig import report_spool
+from ..siteconfig import DEFAULT_CLUSTER, report_spool
 from ..slurm.cli_backend import CliBackend
 from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, load_template, new_report_secret,
                             render_script, sbatch_argv, submit)
 from ..workload.catalogue import CATALOGUE
 
 DEFAULT_SCRIPT_DIR = "~/.shockslurm/scripts"
-DEFAULT_CLUSTER = "slurm"      # must match the daemon's [daemon] cluster
 
 
 def _option_of(field: str | None) -> str:

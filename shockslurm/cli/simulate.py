@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,7 +12,8 @@ from ..errors import ShockslurmError
 from ..model import JobSpec, Node, parse_cluster_shape
 from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
                           parse_policy_assignments, read_policy_table)
-from ..policies import REGISTRY, policy_names
+from ..policies import PolicySettings, policy_names
+from ..sim.cluster import RESTART_OVERHEAD_S
 from ..sim.jobs import ADAPTATION_MODES
 from ..sim.run import SimConfig, SimResult, simulate
 from ..store import open_store
@@ -19,7 +21,8 @@ from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from ..workload.reference import load_reference_workload
 from .db import DB_HELP, record_simulation
-from .paths import OutputDir, OutputFile, write_output
+from .options import json_option, plot_option, policy_list
+from .paths import write_output
 from .progress_bar import DelayedProgress
 from .trace import is_jsonl
 
@@ -52,16 +55,6 @@ def _load_workload(trace: Path | None, throughputs: Path | None, profiles: Path 
     if throughputs is None:
         raise click.UsageError("a reference (TSV) trace needs --throughputs FILE")
     return load_reference_workload(trace, throughputs, profiles)
-
-
-def policy_list(value: str) -> list[str]:
-    """`--policy a,b`: the named policies, or a usage error naming the unknown ones."""
-    names = [p.strip() for p in value.split(",") if p.strip()]
-    unknown = [p for p in names if p not in REGISTRY]
-    if unknown or not names:
-        raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
-                                 f"{', '.join(policy_names())}", param_hint="--policy")
-    return names
 
 
 def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
@@ -120,9 +113,11 @@ def format_table(results: list[SimResult]) -> str:
                    "one pool where any gang fits).")
 @click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
               help="Policy name, or several separated by commas to compare side by side.")
-@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=120.0,
+@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True),
+              default=PolicySettings.round_s,
               show_default=True, help="Round length.")
-@click.option("--restart-overhead", type=click.FloatRange(min=0), default=20.0, show_default=True,
+@click.option("--restart-overhead", type=click.FloatRange(min=0), default=RESTART_OVERHEAD_S,
+              show_default=True,
               help="Seconds lost by a job that runs after not running in the previous round.")
 @click.option("--fill-on-completion/--round-boundaries", default=False, show_default=True,
               help="--fill-on-completion simulates the live daemon's event-driven rounds: GPUs a "
@@ -135,12 +130,14 @@ def format_table(results: list[SimResult]) -> str:
                    "simulator's rules (comparable with its published numbers), 'profile' follows "
                    "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
                    "TSV traces and 'profile' otherwise.")
-@click.option("--resolve-interval", type=click.FloatRange(min=0), default=1000.0,
+@click.option("--resolve-interval", type=click.FloatRange(min=0),
+              default=PolicySettings.min_resolve_interval_s,
               show_default=True,
               help="Baselines (Gavel-style policies) re-solve at most this often, plus on "
                    "arrivals and completions after it; 0 re-solves every round. The default is "
                    "Gavel's gate, as in the reference simulator.")
-@click.option("--idle-new-jobs/--no-idle-new-jobs", default=True, show_default=True,
+@click.option("--idle-new-jobs/--no-idle-new-jobs", default=PolicySettings.idle_unallocated,
+              show_default=True,
               help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "
                    "next re-solve (Gavel, as in the reference simulator); --no-idle-new-jobs "
                    "hands them idle GPUs at once.")
@@ -151,15 +148,13 @@ def format_table(results: list[SimResult]) -> str:
               help="A policy option (repeatable; wins over --policy-config), e.g. "
                    "'future_rounds=30' for shockwave or 'alpha=0.5' for allox; each goes to the "
                    "chosen policies that take it. VALUE is read as TOML (else as a string).")
-@click.option("--json", "json_out", type=OutputFile(),
-              help="Write the results, one object per policy, to this JSON file.")
+@json_option("Write the results, one object per policy, to this JSON file.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Show a progress bar on stderr for runs longer than a few seconds.")
 @click.option("--db", "db_url", default=None,
               help=DB_HELP + " Record each policy's run there (created/upgraded if needed).")
-@click.option("--plot", "plot_dir", type=OutputDir(),
-              default=None, help="Write PNG charts (GPU timeline and utilisation per policy, "
-                                 "rho per policy) to this directory; the paths are printed.")
+@plot_option("Write PNG charts (GPU timeline and utilisation per policy, rho per policy) to "
+             "this directory; the paths are printed.")
 @click.pass_context
 def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | None,
                  profiles: Path | None, gpus: int | None, cluster_shape: str | None, policy: str,
@@ -173,15 +168,10 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
     names = policy_list(policy)
     nodes = _cluster(cluster_shape, gpus)
     try:
-        settings, per_policy = _policy_options(names, policy_config, policy_option)
+        file_settings, per_policy = _policy_options(names, policy_config, policy_option)
     except ShockslurmError as exc:
         raise click.ClickException(str(exc)) from None
-    given = click.core.ParameterSource.COMMANDLINE
-    if "min_resolve_interval_s" in settings and \
-            ctx.get_parameter_source("resolve_interval") != given:
-        resolve_interval = settings["min_resolve_interval_s"]
-    if "idle_unallocated" in settings and ctx.get_parameter_source("idle_new_jobs") != given:
-        idle_new_jobs = settings["idle_unallocated"]
+    settings = _settings(ctx, file_settings, round_seconds, resolve_interval, idle_new_jobs)
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
         try:
             open_store(db_url, create=True).dispose()
@@ -189,40 +179,73 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
             raise click.ClickException(str(exc)) from None
     try:
         jobs = _load_workload(trace, throughputs, profiles)
-        if nodes:
-            gpus = sum(n.gpus for n in nodes)
-        elif gpus is None:
-            if trace is not None:
-                raise click.UsageError("--gpus or --cluster is required with --trace")
-            gpus = DEFAULT_GPUS
         if adaptation == "auto":
             adaptation = "reference" if trace is not None and not is_jsonl(trace) else "profile"
-        config = SimConfig(gpus=gpus, round_s=round_seconds, restart_overhead_s=restart_overhead,
-                           adaptation=adaptation, min_resolve_interval_s=resolve_interval,
-                           idle_unallocated=idle_new_jobs, nodes=nodes,
+        config = SimConfig(gpus=_gpus(nodes, gpus, trace), restart_overhead_s=restart_overhead,
+                           adaptation=adaptation, nodes=nodes, settings=settings,
                            fill_on_completion=fill_on_completion)
-        results = []
-        for name in names:
-            bar = DelayedProgress(f"{name:>22}") if progress else None
-            try:
-                results.append(simulate(jobs, name, config, progress=bar,
-                                        policy_options=per_policy[name]))
-            finally:
-                if bar is not None:
-                    bar.close()
+        results = [_simulate(jobs, name, config, per_policy[name], progress) for name in names]
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    _print(results, len(jobs), config, cluster_shape, per_policy)
+    _write(results, jobs, json_out, db_url, plot_dir)
+
+
+def _settings(ctx: click.Context, file_settings: dict[str, Any], round_s: float,
+              resolve_interval: float, idle_new_jobs: bool) -> PolicySettings:
+    """What the policies are given: the options, else the `[policy]` settings of
+    --policy-config / --policy-option, else the options' defaults."""
+    given = click.core.ParameterSource.COMMANDLINE
+    if "min_resolve_interval_s" in file_settings and \
+            ctx.get_parameter_source("resolve_interval") != given:
+        resolve_interval = file_settings["min_resolve_interval_s"]
+    if "idle_unallocated" in file_settings and \
+            ctx.get_parameter_source("idle_new_jobs") != given:
+        idle_new_jobs = file_settings["idle_unallocated"]
+    return PolicySettings(round_s=round_s, min_resolve_interval_s=resolve_interval,
+                          idle_unallocated=idle_new_jobs)
+
+
+def _gpus(nodes: tuple[Node, ...], gpus: int | None, trace: Path | None) -> int:
+    if nodes:
+        return sum(n.gpus for n in nodes)
+    if gpus is None:
+        if trace is not None:
+            raise click.UsageError("--gpus or --cluster is required with --trace")
+        return DEFAULT_GPUS
+    return gpus
+
+
+def _simulate(jobs: list[JobSpec], name: str, config: SimConfig, options: dict[str, Any],
+              progress: bool) -> SimResult:
+    bar = DelayedProgress(f"{name:>22}") if progress else None
+    try:
+        return simulate(jobs, name, config, progress=bar, policy_options=options)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _print(results: list[SimResult], jobs: int, config: SimConfig, cluster_shape: str | None,
+           per_policy: dict[str, dict[str, Any]]) -> None:
+    s = config.settings
     shape = f" on nodes {cluster_shape.replace(' ', '')}" if cluster_shape else ""
-    click.echo(f"{len(jobs)} jobs, {gpus} GPUs{shape}, {round_seconds:g} s rounds, "
-               f"{restart_overhead:g} s restart overhead, adaptation={adaptation}, baselines "
-               f"re-solve every {resolve_interval:g} s"
-               f"{', new jobs wait for it' if idle_new_jobs else ''}"
-               f"{'; freed GPUs filled at once' if fill_on_completion else ''}")
+    click.echo(f"{jobs} jobs, {config.gpus} GPUs{shape}, {s.round_s:g} s rounds, "
+               f"{config.restart_overhead_s:g} s restart overhead, "
+               f"adaptation={config.adaptation}, baselines "
+               f"re-solve every {s.min_resolve_interval_s:g} s"
+               f"{', new jobs wait for it' if s.idle_unallocated else ''}"
+               f"{'; freed GPUs filled at once' if config.fill_on_completion else ''}")
     for name, opts in per_policy.items():
         if opts:
             click.echo(f"{name} options: "
                        + ", ".join(f"{k}={v!r}" for k, v in sorted(opts.items())))
     click.echo(format_table(results))
+
+
+def _write(results: list[SimResult], jobs: list[JobSpec], json_out: Path | None,
+           db_url: str | None, plot_dir: Path | None) -> None:
+    """--json, --db, --plot."""
     if json_out is not None:
         payload = [r.as_dict() for r in results]
         write_output(json_out, json.dumps(payload if len(payload) > 1 else payload[0], indent=2)

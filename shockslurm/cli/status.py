@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Sequence
 import click
 
 from ..errors import ShockslurmError
+from ..siteconfig import DEFAULT_CLUSTER
 from ..slurm.types import SlurmJob
 from .db import DB_HELP
 
 if TYPE_CHECKING:
     from ..ops.config import DaemonConfig
 
-DEFAULT_CLUSTER = "slurm"
 
 
 def collect(jobs: Sequence[SlurmJob], db_url: str | None, cluster: str, *,

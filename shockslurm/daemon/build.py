@@ -2,6 +2,11 @@
 training reports, the metrics, and the round loop over them (`build_daemon`); the store opened
 at start-up, waiting while it is unavailable (`open_store_waiting`).
 
+`Daemon.apply(cfg)` is the one path by which the keys SIGHUP may change (`RUNTIME_KEYS`: round
+length, policy and `[policy]`, grace, timeouts, churn bounds, snapshot age) reach the loop and
+the cluster: `build_daemon` wires what only a restart changes and then applies `cfg` with it;
+a reload (`DaemonRunner.reload`) applies the new configuration the same way.
+
     RoundLoop(SlurmCluster(backend), make_policy(...), WallClock(), round_seconds)
 
 The layers stay unaware of one another: `live/` only knows the `Journal`, `SpecRegistry` and
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from sqlalchemy import Engine
@@ -23,7 +28,8 @@ from ..engine import Clock, RoundLoop, RoundObserver, WallClock
 from ..live import enact as en
 from ..live.cluster import SlurmCluster
 from ..live.journaling import Journal
-from ..ops.config import DaemonConfig, mask
+from ..ops.config import DAEMON_KEYS, DaemonConfig, mask
+from ..policies import PolicySettings
 from ..ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from ..policies import make_policy
 from ..slurm.types import SlurmBackend, SlurmJob
@@ -45,6 +51,28 @@ class Daemon:
     logger: RoundLogger
     progress: ReportedProgress | None = None     # when the daemon has a store
     metrics: DaemonMetrics | None = None
+    cfg: DaemonConfig = field(default_factory=DaemonConfig)   # the configuration applied
+
+    def apply(self, cfg: DaemonConfig) -> list[str]:
+        """Apply the reloadable keys of `cfg` to the loop and the cluster (start-up and SIGHUP
+        alike); the policy is rebuilt only when its name, `[policy]` or the round length
+        changed (it keeps state between rounds). Returns the reloadable keys that changed."""
+        old, self.cfg = self.cfg, cfg
+        if _policy_inputs(cfg) != _policy_inputs(old):
+            self.loop.policy = make_policy(cfg.policy, cfg.policy_settings())
+            if self.journal is not None:
+                self.journal.policy = cfg.policy
+        self.loop.round_s = cfg.round_seconds
+        cluster = self.cluster
+        cluster.round_s = cfg.round_seconds
+        cluster.grace_seconds = cfg.grace_seconds
+        cluster.stop_timeout_s = cfg.stop_timeout_seconds
+        cluster.churn = churn_limits(cfg)
+        cluster.max_snapshot_age_s = cfg.snapshot_age_bound
+        changed = [k.dotted for k in DAEMON_KEYS
+                   if k.reload and getattr(cfg, k.name) != getattr(old, k.name)]
+        return changed + (["policy"] if dict(cfg.policy_options) != dict(old.policy_options)
+                          else [])
 
     def reconcile(self, now: float | None = None) -> dict[str, int]:
         """Start-up reconciliation of the store with Slurm (see the module); raises
@@ -58,6 +86,10 @@ class Daemon:
                 f"{k}={v}" for k, v in counts.items()),
                 extra={"fields": {"event": "reconcile", **counts}})
         return counts
+
+
+def _policy_inputs(cfg: DaemonConfig) -> tuple[str, PolicySettings]:
+    return cfg.policy, cfg.policy_settings()
 
 
 def prefix_filter(prefix: str, job_filter: Callable[[SlurmJob], bool] | None = None
@@ -83,47 +115,55 @@ def build_daemon(cfg: DaemonConfig, backend: SlurmBackend, *, engine: Engine | N
                  metrics: DaemonMetrics | None = None) -> Daemon:
     """Wire the loop: cluster on `backend`, policy from `cfg`, the store when `engine` is given
     (journal, spec registry, and progress from the training reports, spool ingested each round),
-    the metrics when `metrics` is given."""
-    journal: StoreJournal | None = None
-    progress: ReportedProgress | None = None
-    if engine is not None:
-        from ..reports.reported_progress import ReportedProgress
-
-        progress = ReportedProgress(engine, cluster=cfg.cluster, spool_dir=cfg.spool_dir or None,
-                                    rejected_dir=cfg.rejected_dir,
-                                    allow_unsigned_reports=cfg.allow_unsigned_reports)
-        journal = StoreJournal(engine, cluster=cfg.cluster, policy=cfg.policy,
-                               config={"round_seconds": cfg.round_seconds,
-                                       "grace_seconds": cfg.grace_seconds,
-                                       "partitions": list(cfg.partitions),
-                                       "backend": getattr(backend, "name", cfg.backend),
-                                       "spool_dir": cfg.spool_dir,
-                                       "job_name_prefix": cfg.job_name_prefix,
-                                       "min_run_seconds": cfg.min_run_seconds,
-                                       "max_preemptions_per_day": cfg.max_preemptions_per_day,
-                                       "max_stops_without_checkpoint":
-                                           cfg.max_stops_without_checkpoint,
-                                       "policy_options": dict(cfg.policy_options)})
-    elif cfg.spool_dir:
-        log.warning("spool_dir %s is not ingested: the daemon has no store", cfg.spool_dir)
+    the metrics when `metrics` is given; then apply `cfg` (`Daemon.apply`)."""
+    journal, progress = _store_side(cfg, engine, getattr(backend, "name", cfg.backend))
     slurm_journal: Journal | None = journal
     if metrics is not None:
         slurm_journal = MetricsJournal(journal, metrics)
     clock = clock or WallClock()
-    cluster = SlurmCluster(backend, partitions=cfg.partitions, grace_seconds=cfg.grace_seconds,
-                           stop_timeout_s=cfg.stop_timeout_seconds,
+    cluster = SlurmCluster(backend, partitions=cfg.partitions,
                            job_filter=prefix_filter(cfg.job_name_prefix, job_filter),
                            registry=journal, journal=slurm_journal, progress_source=progress,
-                           round_s=cfg.round_seconds, churn=churn_limits(cfg), ledger=journal,
-                           stop_when_idle=stop_when_idle,
-                           max_snapshot_age_s=cfg.snapshot_age_bound)
-    policy = make_policy(cfg.policy, cfg.policy_settings())
+                           ledger=journal, stop_when_idle=stop_when_idle)
     logger = RoundLogger(cluster, emit, clock=clock.now)
     observers: list[RoundObserver] = [logger] + ([journal] if journal is not None else [])
     if metrics is not None:
         observers.append(MetricsObserver(metrics, cluster, clock=clock.now))
-    loop = RoundLoop(cluster, policy, clock, cfg.round_seconds, observers=observers)
-    return Daemon(loop, cluster, journal, logger, progress, metrics)
+    loop = RoundLoop(cluster, make_policy(*_policy_inputs(cfg)), clock, cfg.round_seconds,
+                     observers=observers)
+    daemon = Daemon(loop, cluster, journal, logger, progress, metrics, cfg)
+    daemon.apply(cfg)
+    return daemon
+
+
+def _store_side(cfg: DaemonConfig, engine: Engine | None, backend_name: str
+                ) -> tuple[StoreJournal | None, ReportedProgress | None]:
+    """The store's journal and the training reports' progress (None, None without a store)."""
+    if engine is None:
+        if cfg.spool_dir:
+            log.warning("spool_dir %s is not ingested: the daemon has no store", cfg.spool_dir)
+        return None, None
+    from ..reports.reported_progress import ReportedProgress
+
+    progress = ReportedProgress(engine, cluster=cfg.cluster, spool_dir=cfg.spool_dir or None,
+                                rejected_dir=cfg.rejected_dir,
+                                allow_unsigned_reports=cfg.allow_unsigned_reports)
+    journal = StoreJournal(engine, cluster=cfg.cluster, policy=cfg.policy,
+                           config=run_config(cfg, backend_name))
+    return journal, progress
+
+
+def run_config(cfg: DaemonConfig, backend_name: str) -> dict[str, object]:
+    """What the store records of a run's configuration: every `[daemon]` key (secrets such as
+    the store URL's password masked), the backend in use and the policy's options."""
+    out: dict[str, object] = {}
+    for key in DAEMON_KEYS:
+        value = getattr(cfg, key.name)
+        if isinstance(value, tuple):
+            value = list(value)
+        out[key.name] = mask(value) if key.secret and isinstance(value, str) else value
+    out.update(backend=backend_name, policy_options=dict(cfg.policy_options))
+    return out
 
 
 def open_store_waiting(url: str, *, timeout_s: float, retry_s: float,

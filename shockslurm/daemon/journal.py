@@ -126,10 +126,12 @@ class StoreJournal:
                     entries[s.get_one(self.repo.Job, pk)] = jobs[job_id].slurm.gpus
             status = plan.info.get("status")
             objective = plan.info.get("objective")
+            idle = plan.info.get("idle_gpu_s")        # the live cluster's, by cause
             rnd = self.repo.record_round(
                 s, run, index=snapshot.round_index, time_s=snapshot.now, policy=self.policy,
                 solve_s=0.0, plan=entries, status=None if status is None else str(status),
-                objective=float(objective) if isinstance(objective, (int, float)) else None)
+                objective=float(objective) if isinstance(objective, (int, float)) else None,
+                idle_gpu_s=idle if isinstance(idle, Mapping) else None)
             s.flush()
             self._round_id = rnd.id
 

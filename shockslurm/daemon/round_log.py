@@ -16,8 +16,10 @@ class RoundLogger:
     """One log line per round with the essentials; `fields` carries them structured (the JSON
     log format emits them as keys): round, active, running, started, stopped, held,
     failed_calls, gpus_used, gpus_total, solve_s, round_s, status, moved (running jobs restarted
-    on other nodes), pinned (starts with ReqNodeList=), idle_unplaceable_gpu_s (since the last
-    round: released jobs waited in Reason=Resources while GPUs were free)."""
+    on other nodes), pinned (starts with ReqNodeList=), and the idle GPU-seconds since the last
+    round by cause (`live.idle`): idle_switch_gpu_s (GPUs a round's stops freed, until their
+    successors ran), idle_unplaceable_gpu_s (released jobs waited in Reason=Resources while GPUs
+    were free), idle_waiting_gpu_s (held jobs could have used free GPUs)."""
 
     def __init__(self, cluster: SlurmCluster, emit: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
@@ -40,14 +42,18 @@ class RoundLogger:
                   "grace_wait_s": round(st.grace_wait_s, 3),
                   "stop_wait_s": round(st.stop_wait_s, 3),
                   "moved": st.moved, "pinned": st.pinned,
-                  "idle_unplaceable_gpu_s": round(st.idle_unplaceable_gpu_s, 1)}
+                  "idle_switch_gpu_s": round(st.idle_switch_gpu_s, 1),
+                  "idle_unplaceable_gpu_s": round(st.idle_unplaceable_gpu_s, 1),
+                  "idle_waiting_gpu_s": round(st.idle_waiting_gpu_s, 1)}
         line = (f"round {fields['round']}: active={fields['active']} "
                 f"running={fields['running']} started={fields['started']} "
                 f"stopped={fields['stopped']} held={fields['held']} "
                 f"gpus={fields['gpus_used']}/{fields['gpus_total']} "
                 f"failed_calls={fields['failed_calls']} kept={fields['kept']} "
                 f"dropped={fields['dropped']} moved={st.moved} pinned={st.pinned} "
+                f"idle_switch_gpu_s={st.idle_switch_gpu_s:.1f} "
                 f"idle_unplaceable_gpu_s={st.idle_unplaceable_gpu_s:.1f} "
+                f"idle_waiting_gpu_s={st.idle_waiting_gpu_s:.1f} "
                 f"grace_wait_s={st.grace_wait_s:.1f} "
                 f"stop_wait_s={st.stop_wait_s:.1f} solve_s={solve_s:.3f} "
                 f"round_s={fields['round_s']:.3f} status={fields['status']}")

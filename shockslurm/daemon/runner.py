@@ -39,6 +39,12 @@ An early round is a normal round at the current time (the next one follows a who
 it): policies that count rounds (Shockwave's window, `resolve_every`, the fairness series'
 weights) count it as one, and Shockwave re-solves on the completion anyway. A standby, a round
 cut short by an outage or a stale snapshot never polls; a failed read is "no event".
+
+Stop lead: a round that follows a round that ran starts `stop_lead_seconds` (at most half a
+round) before its boundary (one round after the previous boundary), so its stop signals go out
+early and the jobs it starts are RUNNING at the boundary, not a switch (about 1.5-3 s) after
+it. The boundaries keep their period; the first round, an early round and a retry start at
+once and are their own boundary (`DaemonRunner.boundary`).
 """
 
 from __future__ import annotations
@@ -53,9 +59,9 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..live.cluster import StaleSnapshot
 from ..live.journaling import JournalUnavailable
-from ..ops.config import (BACKENDS, KEYS, SETTINGS_KEYS, DaemonConfig, load_config, mask,
-                          parse_config)
-from ..policies import make_policy
+from ..ops.config import (BACKENDS, DAEMON_KEYS, SETTINGS_KEYS, DaemonConfig, load_config,
+                          mask, parse_config)
+from ..ops.keys import RUNTIME_KEYS
 from ..slurm.types import SlurmError
 from ..store import StoreError
 from ..store.leader import LeaderLock, LeadershipLost
@@ -67,27 +73,36 @@ log = logging.getLogger("shockslurm.daemon")
 
 __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_config",
            "StoreJournal", "RoundLogger", "Daemon", "build_daemon", "DaemonRunner",
-           "RC_UNKNOWN", "churn_limits", "open_store_waiting"]
+           "RC_UNKNOWN", "RUNTIME_KEYS", "churn_limits", "open_store_waiting"]
 
 OUTAGE_BACKOFF_START_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 60.0
 
 # --------------------------------------------------------------------------- the process
-RUNTIME_KEYS = frozenset(k.name for k in KEYS if k.reload and k.section == "daemon")
+def keep_restart_keys(new: DaemonConfig, running: DaemonConfig) -> DaemonConfig:
+    """`new` with the running value of every changed key that needs a restart (logged)."""
+    restart = [k for k in DAEMON_KEYS if not k.reload
+               and getattr(new, k.name) != getattr(running, k.name)]
+    if not restart:
+        return new
+    log.warning("configuration reload: %s changed but need a restart; keeping the "
+                "running values", ", ".join(k.dotted for k in restart))
+    return replace(new, **{k.name: getattr(running, k.name) for k in restart})
 
 
 class DaemonRunner:
     """The long-running daemon: rounds on the wall clock, signals, config reload, metrics.
 
-    - SIGHUP: re-read the configuration (`reload`); what `KEYS` marks reloadable is applied
-      (round_seconds, grace_seconds, stop_timeout_seconds, policy and [policy], log_format);
-      other changed keys are reported as needing a restart and keep their old value. An invalid
-      new configuration is logged (naming the key) and the old one kept.
+    - SIGHUP: the handler only queues a reload; between rounds `reload` re-reads the
+      configuration and applies it by the start-up path (`apply`): what `KEYS` marks
+      reloadable (`RUNTIME_KEYS`) takes effect, other changed keys are reported as needing a
+      restart and keep their old value. An invalid new configuration is logged (naming the
+      key) and the old one kept.
     - SIGTERM/SIGINT: the current round finishes, then `run` returns.
     - `leader`: the store's leader lock (None: this process always leads, e.g. a dry run).
     """
 
-    def __init__(self, daemon: Daemon, cfg: DaemonConfig, *,
+    def __init__(self, daemon: Daemon, *,
                  load: Callable[[], DaemonConfig] | None = None,
                  on_log_format: Callable[[str], None] | None = None,
                  leader: LeaderLock | None = None) -> None:
@@ -97,7 +112,6 @@ class DaemonRunner:
         self.stale_rounds = 0                         # consecutive rounds not enacted: stale
         if leader is not None:
             daemon.cluster.may_act = self._check_leader
-        self.cfg = cfg
         self.load = load
         self.on_log_format = on_log_format
         self.stop_requested = False
@@ -109,9 +123,15 @@ class DaemonRunner:
         self.failures = 0                             # consecutive failed attempts (Slurm)
         self.outages = {"slurm": 0, "store": 0}
         self.early_rounds = 0                         # rounds started early by an event
+        self.boundary = 0.0                           # the latest round's nominal start
         self.monotonic = time.monotonic
         self.backoff_start_s = OUTAGE_BACKOFF_START_S
         self.backoff_max_s = OUTAGE_BACKOFF_MAX_S
+
+    @property
+    def cfg(self) -> DaemonConfig:
+        """The configuration in effect: the one `build_daemon` applied, or a reload since."""
+        return self.daemon.cfg
 
     # signal handlers: set flags only (the round in progress is never interrupted)
     def request_stop(self, signum: int | None = None, _frame: Any = None) -> None:
@@ -128,9 +148,10 @@ class DaemonRunner:
         signal.signal(signal.SIGHUP, self.request_reload)
 
     def reload(self) -> bool:
-        """Apply a new configuration; False (and the old one kept) when it is invalid."""
+        """SIGHUP, in the loop (never in the handler): load the configuration again and take
+        the start-up path with it (`apply`); False (and the running one kept) when it is
+        invalid."""
         self.reload_requested = False
-        metrics = self.daemon.metrics
         if self.load is None:
             return False
         try:
@@ -139,43 +160,29 @@ class DaemonRunner:
             log.error("configuration reload failed, keeping the running configuration: %s",
                       mask(str(exc)), extra={"fields": {"event": "reload", "ok": False,
                                                         "key": exc.field}})
-            if metrics is not None:
-                metrics.reloads.labels(result="error").inc()
+            self._count_reload("error")
             return False
-        old = self.cfg
-        restart = [k.dotted for k in KEYS if k.section == "daemon" and not k.reload
-                   and getattr(new, k.name) != getattr(old, k.name)]
-        if restart:
-            log.warning("configuration reload: %s changed but need a restart; keeping the "
-                        "running values", ", ".join(restart))
-            new = replace(new, **{k.split(".", 1)[1]: getattr(old, k.split(".", 1)[1])
-                                  for k in restart})
-        changed = [k.dotted for k in KEYS if k.section == "daemon" and k.reload
-                   and getattr(new, k.name) != getattr(old, k.name)]
-        if dict(new.policy_options) != dict(old.policy_options):
-            changed.append("policy")
-        loop, cluster = self.daemon.loop, self.daemon.cluster
-        if (new.policy, dict(new.policy_options), new.round_seconds) != \
-                (old.policy, dict(old.policy_options), old.round_seconds):
-            loop.policy = make_policy(new.policy, new.policy_settings())
-            if self.daemon.journal is not None:
-                self.daemon.journal.policy = new.policy
-        loop.round_s = new.round_seconds
-        cluster.round_s = new.round_seconds
-        cluster.grace_seconds = new.grace_seconds
-        cluster.stop_timeout_s = new.stop_timeout_seconds
-        cluster.churn = churn_limits(new)
-        cluster.max_snapshot_age_s = new.snapshot_age_bound
-        if new.log_format != old.log_format and self.on_log_format is not None:
-            self.on_log_format(new.log_format)
-        self.cfg = new
+        changed = self.apply(keep_restart_keys(new, self.cfg))
         log.info("configuration reloaded: %s", ", ".join(
             f"{k}={getattr(new, k.split('.', 1)[1]) if k != 'policy' else new.policy}"
             for k in changed) or "nothing changed",
             extra={"fields": {"event": "reload", "ok": True, "changed": changed}})
-        if metrics is not None:
-            metrics.reloads.labels(result="ok").inc()
+        self._count_reload("ok")
         return True
+
+    def apply(self, cfg: DaemonConfig) -> list[str]:
+        """Run with `cfg` from now on: the daemon's reloadable keys (`Daemon.apply`, the path
+        `build_daemon` takes at start-up), the log format, and the runner's own keys (read from
+        `self.cfg`, the daemon's). Returns the reloadable keys that changed."""
+        old_format = self.cfg.log_format
+        changed = self.daemon.apply(cfg)
+        if cfg.log_format != old_format and self.on_log_format is not None:
+            self.on_log_format(cfg.log_format)
+        return changed
+
+    def _count_reload(self, result: str) -> None:
+        if self.daemon.metrics is not None:
+            self.daemon.metrics.reloads.labels(result=result).inc()
 
     # ------------------------------------------------------------------ outages
     def attempt(self) -> float | None:
@@ -324,36 +331,52 @@ class DaemonRunner:
         number of rounds run (attempts that an outage cut short included)."""
         loop, cluster = self.daemon.loop, self.daemon.cluster
         rounds = 0
+        nominal: float | None = None     # the next round's boundary when it starts ahead of it
         while not self.stop_requested and not cluster.finished():
             if self.reload_requested:
                 self.reload()
             start = loop.clock.now()
+            self.boundary = start if nominal is None else nominal
             retry = self.attempt()
             rounds += 1
             if max_rounds is not None and rounds >= max_rounds:
                 break
-            while not self.stop_requested:
-                if self.reload_requested:
-                    self.reload()
-                # the round length may just have changed: measured from this round's start
-                end = cluster.next_round_start(start, loop.round_s) if retry is None \
-                    else start + retry
-                delay = end - loop.clock.now()
-                if delay <= 0:
-                    break
-                self._wake.clear()
-                if self.stop_requested or self.reload_requested:
-                    continue
-                poll = self._event_poll_s(retry)
-                if poll is None:
-                    self._wake.wait(delay)
-                    continue
-                if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
-                    continue
-                if cluster.wants_early_round():
-                    self.early_rounds += 1
-                    break
+            nominal = self._wait_next(start, retry)
         return rounds
+
+    def _lead_s(self) -> float:
+        """`stop_lead_seconds`, at most half a round."""
+        return min(self.cfg.stop_lead_seconds, 0.5 * self.daemon.loop.round_s)
+
+    def _wait_next(self, start: float, retry: float | None) -> float | None:
+        """Wait until the next round is due: `stop_lead_seconds` before the next boundary
+        (one round after this round's boundary) after a round that ran, `retry` seconds after
+        `start` otherwise, or at once on an event (`wants_early_round`) or a stop request.
+        Returns the next round's boundary when it starts ahead of it, else None."""
+        loop, cluster = self.daemon.loop, self.daemon.cluster
+        while not self.stop_requested:
+            if self.reload_requested:
+                self.reload()
+            # the round length may just have changed: measured from this round's boundary
+            nominal = cluster.next_round_start(self.boundary, loop.round_s) \
+                if retry is None else None
+            end = nominal - self._lead_s() if nominal is not None else start + (retry or 0.0)
+            delay = end - loop.clock.now()
+            if delay <= 0:
+                return nominal
+            self._wake.clear()
+            if self.stop_requested or self.reload_requested:
+                continue
+            poll = self._event_poll_s(retry)
+            if poll is None:
+                self._wake.wait(delay)
+                continue
+            if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
+                continue
+            if cluster.wants_early_round():
+                self.early_rounds += 1
+                return None
+        return None
 
     def _event_poll_s(self, retry: float | None) -> float | None:
         """Seconds between event polls while waiting for the next round, or None for no poll:

@@ -34,41 +34,22 @@ Rules (Slurm 22.05.8, see /work/shared/slurm/NOTES.md section 3):
 - Jobs to start whose planned nodes lack the GPUs left by the jobs that keep running (churn
   bounds, failed signals) are not started this round (`fit_on_nodes`).
 
-Churn bounds (`ChurnLimits`, `keep_reasons`, `bound_plan`): a running job the plan would stop is
-kept running instead when
-- its current run is younger than `min_run_seconds` (now - Slurm's start_time, so a restarted
-  daemon knows it). Default 1.5 rounds: a job started in round k is not stopped in round k+1
-  (it ran less than a round) and may be from round k+2 on (it ran about 2 rounds minus the
-  start-up slack of the round, which must stay under half a round);
-- it was preempted `max_preemptions_per_day` times (default 24) in the last 24 h: the
-  daemon's successful `requeuehold` intents in the store (every incarnation), else its memory,
-  counted at most Slurm's restart_count (every requeue raises it);
-- it is expected to finish within `finish_window_seconds` (default half a round; its remaining
-  exclusive run time from its reports or declared spec): a stop would free its GPUs barely
-  sooner, cost it a restart, and race its own end;
-- its checkpoints keep failing (the job is then *flagged*: logged once, a `flagged` job event,
-  and never stopped by the daemon again; it runs to its end). A job that sends training
-  reports is flagged when its last `max_stops_without_checkpoint` (default 3) stop cycles
-  brought no successful checkpoint report (cycle i is the run that ended with preemption i;
-  it succeeded when an ok=true checkpoint was reported after preemption i-1), or when its
-  latest that many checkpoint reports all say ok=false. Jobs that send no reports are never
-  flagged (the daemon cannot tell).
-Keeping a job running leaves fewer GPUs for the plan's starts: `bound_plan` removes planned
-pending jobs, lowest priority first (latest submitted, then highest id), until what runs fits
-the cluster's capacity; the diff of the bounded plan holds released ones and does not start
-held ones. Never more GPUs than the cluster has.
+Churn bounds (`ChurnLimits`, `keep_reason`, `bound_plan`) are in `bounds.py` (re-exported here).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Collection, Iterable, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from ..errors import InputError
 from ..model import NodeShares, RoundPlan
-from ..slurm.parse import expand_hostlist
+from ..slurm.gres import expand_hostlist
 from ..slurm.types import JobState, SlurmJob
+from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401
+                     StopHistory, active_managed, bound_plan, checkpoint_failing, keep_reason,
+                     preemptions_today, stops_without_checkpoint)
 
 BEGIN_TIME_REASON = "BeginTime"
 # scancel (22.05) names each job it could not signal on stderr, one line each:
@@ -131,10 +112,6 @@ class Step:
     job_ids: tuple[int, ...]
 
 
-def _active_managed(jobs: Iterable[SlurmJob]) -> dict[int, SlurmJob]:
-    return {j.job_id: j for j in jobs if j.managed and not j.state.finished}
-
-
 def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
          gpus_per_node: Mapping[int, int] | None = None,
          pins: Mapping[int, tuple[str, ...]] | None = None,
@@ -147,7 +124,7 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
     start again there. Jobs that are neither managed nor active are ignored whatever the plan
     says.
     """
-    managed = _active_managed(jobs)
+    managed = active_managed(jobs)
     want = set(plan.run)
     pins = pins or {}
     stop, signal, hold, start, updates, keep, restart = [], [], [], [], [], [], []
@@ -170,23 +147,13 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
                 if not job.held:
                     hold.append(job_id)
                 continue
-            new_gres = None
-            if gpus_per_node and job_id in gpus_per_node and \
-                    gpus_per_node[job_id] != job.gpus_per_node:
-                new_gres = int(gpus_per_node[job_id])
-            start_now = job.restart_count > 0 or job.reason == BEGIN_TIME_REASON
-            nodes = pins.get(job_id, ())
             if job.held:
                 start.append(job_id)
             else:
                 keep.append(job_id)
-                # Released earlier but still waiting: only BeginTime, a resize or a new node
-                # needs help.
-                start_now = job.reason == BEGIN_TIME_REASON
-                if nodes and _pinned_to(job) == nodes:
-                    nodes = ()
-            if new_gres is not None or start_now or nodes:
-                updates.append(JobUpdate(job_id, new_gres, start_now, nodes))
+            update = _pending_update(job, gpus_per_node, pins.get(job_id, ()))
+            if update is not None:
+                updates.append(update)
         else:  # COMPLETING and other transient states: leave them to Slurm
             if planned:
                 keep.append(job_id)
@@ -194,6 +161,25 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
     return Enactment(stop=tuple(stop), signal=tuple(signal), hold=tuple(hold),
                      start=tuple(sorted(start)), updates=tuple(updates), keep=tuple(keep),
                      missing=tuple(missing), moved=tuple(restart))
+
+
+def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
+                    nodes: tuple[str, ...]) -> JobUpdate | None:
+    """The update a planned pending job needs before it can start, or None: a resize, a pin,
+    and `StartTime=now` after a requeue or while it waits on BeginTime."""
+    new_gres = None
+    if gpus_per_node and job.job_id in gpus_per_node and \
+            gpus_per_node[job.job_id] != job.gpus_per_node:
+        new_gres = int(gpus_per_node[job.job_id])
+    start_now = job.restart_count > 0 or job.reason == BEGIN_TIME_REASON
+    if not job.held:
+        # Released earlier but still waiting: only BeginTime, a resize or a new node needs help.
+        start_now = job.reason == BEGIN_TIME_REASON
+        if nodes and _pinned_to(job) == nodes:
+            nodes = ()
+    if new_gres is not None or start_now or nodes:
+        return JobUpdate(job.job_id, new_gres, start_now, nodes)
+    return None
 
 
 def _pinned_to(job: SlurmJob) -> tuple[str, ...]:
@@ -208,7 +194,7 @@ def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> 
     placement's shape is the job's own, i.e. as many nodes as the job asks (`nodes`), or at
     least as many for a `--gpus` job (Slurm raises its node count to the list, verified on
     22.05); any other job is released unpinned, as before placement."""
-    managed = _active_managed(jobs)
+    managed = active_managed(jobs)
     out: dict[int, tuple[str, ...]] = {}
     for job_id, shares in placement.items():
         job = managed.get(job_id)
@@ -289,118 +275,3 @@ def unsignalled(stderr: str) -> set[int]:
 def _ids(job_ids: Sequence[int]) -> str:
     """scontrol takes a comma-separated job list in one argument."""
     return ",".join(str(j) for j in job_ids)
-
-
-# --------------------------------------------------------------------------- churn bounds
-DAY_S = 86_400.0
-MIN_RUN_ROUNDS = 1.5
-FINISH_WINDOW_ROUNDS = 0.5
-
-
-@dataclass(frozen=True)
-class ChurnLimits:
-    """How often the daemon may stop one job (0 disables a bound).
-
-    `finish_window_seconds`: a running job expected to finish within this many seconds (its
-    remaining exclusive run time, from its reports or its declared spec) is not stopped: the
-    stop would free its GPUs barely sooner, cost it a restart, and race its own end (a job that
-    ends in the same second as its USR1 cannot be told apart from one that checkpointed and
-    exited on it, so it would be requeued and run again)."""
-
-    min_run_seconds: float = MIN_RUN_ROUNDS * 120.0
-    max_preemptions_per_day: int = 24
-    max_stops_without_checkpoint: int = 3
-    finish_window_seconds: float = FINISH_WINDOW_ROUNDS * 120.0
-
-    @classmethod
-    def for_round(cls, round_s: float, **overrides: float | None) -> "ChurnLimits":
-        """The defaults for rounds of `round_s` (min run 1.5 rounds, finish window half a
-        round), with overrides (None: the default)."""
-        values: dict[str, Any] = {"min_run_seconds": MIN_RUN_ROUNDS * round_s,
-                        "finish_window_seconds": FINISH_WINDOW_ROUNDS * round_s}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class StopHistory:
-    """What is known of a job's past stops and checkpoints (store, else memory)."""
-
-    preemptions: tuple[float, ...] = ()     # Unix times the daemon requeued it, oldest first
-    reports: bool = False                   # it sends training reports (runs the helper)
-    last_ok_checkpoint: float | None = None  # time of its latest ok=true checkpoint report
-    failed_checkpoints: int = 0             # ok=false checkpoint reports after that one
-
-
-def stops_without_checkpoint(h: StopHistory) -> int:
-    """Consecutive latest stop cycles with no successful checkpoint report (see the module)."""
-    if h.last_ok_checkpoint is None:
-        return len(h.preemptions)
-    after = sum(1 for t in h.preemptions if t > h.last_ok_checkpoint)
-    return max(0, after - 1)
-
-
-def preemptions_today(job: SlurmJob, h: StopHistory, now: float) -> int:
-    recent = sum(1 for t in h.preemptions if t >= now - DAY_S)
-    return min(recent, max(0, job.restart_count))
-
-
-def checkpoint_failing(h: StopHistory, limits: ChurnLimits) -> str | None:
-    """Why the job's checkpoints are failing (it is to be flagged), or None."""
-    n = limits.max_stops_without_checkpoint
-    if n <= 0 or not h.reports:
-        return None
-    if h.failed_checkpoints >= n:
-        return f"its last {h.failed_checkpoints} checkpoint reports say ok=false"
-    cycles = stops_without_checkpoint(h)
-    if cycles >= n:
-        return f"its last {cycles} stops brought no successful checkpoint"
-    return None
-
-
-def keep_reason(job: SlurmJob, h: StopHistory, limits: ChurnLimits, now: float,
-                remaining_s: float | None = None) -> tuple[str, str] | None:
-    """(rule, explanation) when a running job must not be stopped now, else None. Rules:
-    "flagged" (checkpoints failing), "nearly_done" (expected to finish within the finish
-    window: `remaining_s`), "min_run", "max_per_day"."""
-    why = checkpoint_failing(h, limits)
-    if why is not None:
-        return "flagged", why
-    if limits.finish_window_seconds > 0 and remaining_s is not None \
-            and remaining_s < limits.finish_window_seconds:
-        return "nearly_done", (f"expected to finish in {remaining_s:.0f} s < finish window "
-                               f"{limits.finish_window_seconds:g} s")
-    if limits.min_run_seconds > 0 and job.start_time is not None:
-        ran = now - job.start_time
-        if ran < limits.min_run_seconds:
-            return "min_run", f"running {ran:.0f} s < min_run_seconds {limits.min_run_seconds:g}"
-    if limits.max_preemptions_per_day > 0:
-        n = preemptions_today(job, h, now)
-        if n >= limits.max_preemptions_per_day:
-            return "max_per_day", (f"preempted {n} times in 24 h (max_preemptions_per_day "
-                                   f"{limits.max_preemptions_per_day})")
-    return None
-
-
-def bound_plan(run: Collection[int], jobs: Sequence[SlurmJob], keep: Collection[int],
-               capacity: int) -> tuple[frozenset[int], tuple[int, ...]]:
-    """The plan's run set with the running jobs `keep` added and, if they no longer fit in
-    `capacity` GPUs, planned pending jobs dropped (lowest priority first: latest submitted,
-    then highest id). Returns (run set, dropped ids). Running planned jobs are never dropped."""
-    managed = _active_managed(jobs)
-    keep = {j for j in keep if j in managed}
-    out = set(run) | keep
-    if not keep:
-        return frozenset(out), ()
-    running = {j for j in out if j in managed
-               and managed[j].state in (JobState.RUNNING, JobState.SUSPENDED)}
-    used = sum(managed[j].gpus for j in running)
-    pending = sorted((j for j in out if j in managed and managed[j].state is JobState.PENDING),
-                     key=lambda j: (managed[j].submit_time, j))
-    dropped = []
-    for j in pending:
-        if used + managed[j].gpus <= capacity:
-            used += managed[j].gpus
-        else:
-            dropped.append(j)
-    return frozenset(out - set(dropped)), tuple(sorted(dropped))

@@ -94,6 +94,9 @@ class EnactStats:
     pinned: int = 0                # jobs started (or re-pinned) with ReqNodeList=
     idle_unplaceable_gpu_s: float = 0.0  # since the last observe: released jobs waited in
     #                                      Reason=Resources while GPUs were free
+    idle_switch_gpu_s: float = 0.0       # since the last round (`idle`): freed by stops, the
+    #                                      successors not yet RUNNING
+    idle_waiting_gpu_s: float = 0.0      # since the last round (`idle`): held jobs could run
     steps: list[en.Step] = field(default_factory=list)
 
 

@@ -8,7 +8,7 @@ every plan on the real nodes:
   type is not read yet). A node that is not usable (drained, down) but still runs jobs of ours is
   kept, its other GPUs reserved, so those jobs are not moved and nothing new goes there.
 - placements: where each of our RUNNING or SUSPENDED jobs holds its GPUs ((node, GPUs) per node,
-  from `squeue`'s node list and per-node `gres_detail`, `slurm.parse.gpus_per_allocated_node`).
+  from `squeue`'s node list and per-node `gres_detail`, `slurm.gres.gpus_per_allocated_node`).
 - reserved: GPUs per node held by jobs the daemon does not schedule, and by ours that are
   COMPLETING (they hold GPUs but never run again).
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
 from ..model import Node, NodeShares
-from ..slurm.parse import gpus_per_allocated_node
+from ..slurm.gres import gpus_per_allocated_node
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 
 PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
@@ -112,3 +112,14 @@ def unplaceable_idle_gpu_s(jobs: Sequence[SlurmJob], free_gpus: int,
         idle += gpus * max(0.0, waited_s[job.job_id])
         left -= gpus
     return idle
+
+
+def impossible_reason(job: SlurmJob, biggest: int, total: int) -> str | None:
+    """Why no usable node can ever hold `job` (more GPUs per node than the largest usable node's
+    `biggest`, or more GPUs than the managed partitions' `total`), else None."""
+    if job.gpus_per_node > biggest:
+        return (f"impossible request: {job.gpus_per_node} GPUs per node, the largest usable "
+                f"node has {biggest}")
+    if job.gpus > total:
+        return f"impossible request: {job.gpus} GPUs, the managed partitions have {total}"
+    return None

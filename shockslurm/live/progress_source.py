@@ -8,8 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..model import JobView, RunLength
 from .specs import LiveSpec
-from ..slurm.types import SlurmJob
+from ..slurm.types import JobState, SlurmJob
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,25 @@ class RunTimeProgress:
         done = run_time_s / epoch_s if epoch_s > 0 else 0.0
         ceiling = progress_ceiling(spec, spec.batch_size)
         return Progress(epochs_done=max(0.0, min(done, ceiling)), batch_size=spec.batch_size)
+
+
+def job_view(job: SlurmJob, spec: LiveSpec, prog: Progress, epoch_s: float,
+             run_time_s: float) -> JobView:
+    """What the policy sees of a live job: its spec, its progress and its time so far."""
+    gang = max(1, job.gpus)
+    iters_per_epoch = math.ceil(spec.samples_per_epoch / prog.batch_size)
+    remaining = max(1.0, (spec.epochs - prog.epochs_done) * iters_per_epoch)
+    ips = (prog.iterations_per_s if prog.iterations_per_s is not None
+           and prog.iterations_per_s > 0 else iters_per_epoch / epoch_s)
+    observed = (prog.observed_batch_sizes if prog.observed_batch_sizes is not None
+                else RunLength.repeat(prog.batch_size, int(prog.epochs_done)))
+    return JobView(
+        job_id=job.job_id, gang_size=gang, arrival_s=job.submit_time,
+        num_epochs=spec.epochs, epochs_done=prog.epochs_done, batch_size=prog.batch_size,
+        iterations_per_s=ips, remaining_iterations=remaining,
+        iterations_per_epoch=iters_per_epoch,
+        observed_batch_sizes=observed,
+        profile_batch_sizes=RunLength.repeat(spec.batch_size, spec.epochs),
+        profile_epoch_durations=RunLength.repeat(epoch_s, spec.epochs),
+        exclusive_runtime_s=epoch_s * spec.epochs, run_time_s=run_time_s,
+        ran_last_round=job.state is JobState.RUNNING)

@@ -137,7 +137,7 @@ class Watcher:
             self.errors += 1
             return None
         t = (before + time.time()) / 2 - self.t0
-        ours = {j.job_id: Sample(j.state.value, j.gpus) for j in jobs
+        ours = {j.job_id: Sample(j.state.value, j.gpus, j.restart_count) for j in jobs
                 if j.name.startswith(self.prefix)}
         for j in jobs:
             if j.job_id in ours:
@@ -190,9 +190,11 @@ def _daemon_events(db: Path, t0: float) -> tuple[list[tuple[float, int]],
     engine = open_store(str(db))
     try:
         with Session(engine) as session:
+            # calls that succeeded only: a failed USR1 reached no job (it keeps running)
             rows = session.execute(select(EnactmentIntent.action, EnactmentIntent.created_at,
                                           Job.job_id)
-                                   .join(Job, Job.id == EnactmentIntent.job_pk)).all()
+                                   .join(Job, Job.id == EnactmentIntent.job_pk)
+                                   .where(EnactmentIntent.return_code == 0)).all()
             rounds = session.scalar(select(func.count()).select_from(Round)) or 0
     finally:
         engine.dispose()

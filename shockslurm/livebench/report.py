@@ -4,7 +4,9 @@ The prediction runs `sim.run.simulate` on the same time-scaled workload (real se
 live cluster's node shape:
 - a policy arm: that policy, rounds of the arm's `round_seconds`, restart overhead = the arm's
   measured median switch (USR1 -> successor RUNNING; USR1 -> exit when no successor was seen),
-  the Gavel gate off as in the daemon's configuration;
+  the Gavel gate off as in the daemon's configuration, and the daemon's event-driven rounds
+  (`fill_on_completion`: a round starts when a completion frees GPUs while a job waits, or an
+  arrival fits the idle GPUs);
 - `native`: the simulator's Slurm-like FIFO with EASY backfill (`fifo`), in `NATIVE_ROUND_S`
   rounds (Slurm starts a job within about a second of its resources freeing) and no restart
   overhead (nothing is ever stopped).
@@ -15,6 +17,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from ..model import JobSpec, Node
+from ..policies import PolicySettings
 from ..sim.run import SimConfig, simulate
 
 NATIVE_ROUND_S = 1.0
@@ -36,9 +39,10 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
             restart_overhead_s: float) -> dict[str, object]:
     """The simulator's numbers for `arm` on `jobs` (real seconds) and `nodes`."""
     native = arm == "native"
-    config = SimConfig.for_nodes(nodes, round_s=NATIVE_ROUND_S if native else round_s,
-                                 restart_overhead_s=0.0 if native else restart_overhead_s,
-                                 min_resolve_interval_s=0.0, idle_unallocated=False)
+    settings = PolicySettings(round_s=NATIVE_ROUND_S if native else round_s,
+                              min_resolve_interval_s=0.0, idle_unallocated=False)
+    config = SimConfig.for_nodes(nodes, restart_overhead_s=0.0 if native else restart_overhead_s,
+                                 settings=settings, fill_on_completion=not native)
     result = simulate(jobs, "fifo" if native else arm, config)
     out: dict[str, object] = {k: round(v, 4) if isinstance(v, float) else v
                               for k, v in result.metrics.as_dict().items()}

@@ -34,6 +34,7 @@ PENDING = "PENDING"
 class Sample:
     state: str
     gpus: int
+    restarts: int | None = None         # Slurm's restart count (None: not read)
 
 
 @dataclass(frozen=True)
@@ -60,20 +61,28 @@ class Switch:
 
 
 def job_runs(polls: Sequence[Poll]) -> dict[int, list[Run]]:
-    """Each job's RUNNING intervals as the polls saw them (in time order)."""
+    """Each job's RUNNING intervals as the polls saw them (in time order). A job seen RUNNING
+    with a higher restart count than its open run's is a new run (it was requeued and started
+    again between two polls, e.g. a move): the old run ends there."""
     runs: dict[int, list[Run]] = {}
     open_since: dict[int, float] = {}
+    restarts: dict[int, int | None] = {}
     for poll in sorted(polls, key=lambda p: p.t):
+        for job_id in list(open_since):
+            seen = poll.jobs.get(job_id)
+            if seen is None or seen.state != RUNNING or _restarted(restarts[job_id], seen):
+                runs.setdefault(job_id, []).append(Run(open_since.pop(job_id), poll.t))
         for job_id, sample in poll.jobs.items():
             if sample.state == RUNNING and job_id not in open_since:
                 open_since[job_id] = poll.t
-        for job_id in list(open_since):
-            seen = poll.jobs.get(job_id)
-            if seen is None or seen.state != RUNNING:
-                runs.setdefault(job_id, []).append(Run(open_since.pop(job_id), poll.t))
+                restarts[job_id] = sample.restarts
     for job_id, start in open_since.items():
         runs.setdefault(job_id, []).append(Run(start, None))
     return runs
+
+
+def _restarted(before: int | None, now: Sample) -> bool:
+    return before is not None and now.restarts is not None and now.restarts > before
 
 
 def completion_times(polls: Sequence[Poll]) -> dict[int, float]:

@@ -1,6 +1,7 @@
-"""The daemon's configuration: one TOML file, every key in one table (`KEYS`), env overrides.
+"""The daemon's configuration: one TOML file, every key in one table, env overrides.
 
-`KEYS` is the single source of truth: validation (`parse_config`), `shockslurm config check`
+The table, `KEYS`, is declared in `ops/keys.py` (each key once: type, validator, default, doc;
+the `[daemon]` keys are `DaemonConfig`'s fields). It is the single source of truth: validation (`parse_config`), `shockslurm config check`
 (effective values and where each came from), the README's key table (`markdown_table`) and
 `contrib/shockslurm.toml` (`example_toml`) are all produced from it, and tests check that the
 README and the example file equal what it produces, so the documentation cannot drift.
@@ -22,190 +23,32 @@ where it came from (the file, or the environment variable).
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import textwrap
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..policies import REGISTRY, PolicySettings, make_policy, option_names
+from ..policies import PolicySettings, make_policy, option_names
 # The file's lookup and reading, shared with shocksub and the training helper (re-exported).
 from ..siteconfig import CONFIG_ENV as CONFIG_ENV
 from ..siteconfig import DEFAULT_PATH as DEFAULT_PATH
 from ..siteconfig import config_path as config_path
 from ..siteconfig import read_toml as read_toml
-
-DB_ENV = "SHOCKSLURM_DB"
-ENV_PREFIX = "SHOCKSLURM_DAEMON_"
-POLICY_ENV_PREFIX = "SHOCKSLURM_POLICY_"
-BACKENDS = ("auto", "cli", "pyslurm")
-LOG_FORMATS = ("text", "json")
-JOURNALD = ("auto", "yes", "no")
-# [policy] keys that are PolicySettings fields; every other key is a policy keyword argument.
-SETTINGS_KEYS = ("min_resolve_interval_s", "idle_unallocated")
-_SETTINGS_DEFAULTS = PolicySettings()
-
-
-@dataclass(frozen=True)
-class Key:
-    """One configuration key. `kind`: positive | nonnegative | string | path | choice |
-    partitions | port | bool. `reload`: applied by SIGHUP without a restart."""
-
-    section: str
-    name: str
-    kind: str
-    default: Any
-    doc: str
-    reload: bool = False
-    choices: tuple[str, ...] = ()
-    example: Any = None            # the value contrib/shockslurm.toml uses, when not the default
-    secret: bool = False           # masked (URL passwords) wherever printed
-
-    @property
-    def dotted(self) -> str:
-        return f"{self.section}.{self.name}"
-
-    @property
-    def env(self) -> str | None:
-        return ENV_PREFIX + self.name.upper() if self.section == "daemon" else None
-
-    @property
-    def type_name(self) -> str:
-        return {"positive": "number > 0", "nonnegative": "number >= 0", "string": "string",
-                "path": "string (\"\" = none)", "choice": " | ".join(f'"{c}"' for c in self.choices),
-                "partitions": "list of strings", "port": "integer 0-65535",
-                "bool": "boolean", "count": "integer >= 0",
-                "optional_nonnegative": "number >= 0 (unset = derived)"}[self.kind]
-
-
-KEYS: tuple[Key, ...] = (
-    Key("daemon", "round_seconds", "positive", 120.0,
-        "Round length: the policy re-plans and the daemon enacts every this many seconds.",
-        reload=True),
-    Key("daemon", "policy", "choice", "shockwave",
-        "Scheduling policy (`shockslurm simulate --help` lists them).", reload=True,
-        choices=tuple(REGISTRY)),
-    Key("daemon", "grace_seconds", "nonnegative", 30.0,
-        "Longest wait between a stopped job's USR1 and its requeuehold (time to checkpoint); a "
-        "job that exits sooner is requeued at once.",
-        reload=True),
-    Key("daemon", "stop_timeout_seconds", "positive", 60.0,
-        "How long a round waits for requeued jobs to release their GPUs.", reload=True),
-    Key("daemon", "event_poll_seconds", "nonnegative", 2.0,
-        "Between rounds, check Slurm (one `squeue --json`) this often for a job of the plan "
-        "that finished while others wait; if one did, the next round starts at once and fills "
-        "its GPUs (0 = off: starts only at round boundaries).", reload=True),
-    Key("daemon", "partitions", "partitions", ["gpu"],
-        "Partitions whose managed (`shock:managed`) jobs the daemon schedules."),
-    Key("daemon", "job_name_prefix", "path", "",
-        "Admin restriction: schedule only managed jobs whose name starts with this (\"\" = "
-        "all). Other managed jobs are left alone and their GPUs count as taken."),
-    Key("daemon", "db", "string", "/var/lib/shockslurm/shockslurm.db",
-        "The store: a SQLite path or `postgresql+psycopg://USER:PASSWORD@HOST/DB` (put the "
-        "password in `SHOCKSLURM_DB`, not here). The default lies in the systemd unit's "
-        "`StateDirectory`.", secret=True),
-    Key("daemon", "backend", "choice", "auto",
-        "Slurm access: `cli` (squeue/sinfo --json, scontrol), `pyslurm`, or `auto` (pyslurm "
-        "only when it matches the running Slurm).", choices=BACKENDS),
-    Key("daemon", "cluster", "string", "slurm",
-        "The cluster name `shocksub --cluster` registers job specs under."),
-    Key("daemon", "spool_dir", "path", "",
-        "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "
-        "the nodes share: shocksub passes it to each job as `$SHOCKSLURM_SPOOL`, and the training "
-        "helper of a job without that variable reads it from this file. Make it owned by the "
-        "daemon's user with mode 1733 (users may add files, not list the directory or remove "
-        "others' files), in a directory users cannot write."),
-    Key("daemon", "rejected_dir", "path", "",
-        "Where refused report files are kept with a `.reason` each, created 0700 and used only "
-        "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`)."),
-    Key("daemon", "min_run_seconds", "optional_nonnegative", None,
-        "Churn bound: a running job is not stopped before its current run is this old "
-        "(unset = 1.5 x round_seconds; 0 = no minimum).", reload=True),
-    Key("daemon", "max_preemptions_per_day", "count", 24,
-        "Churn bound: a job preempted this many times in the last 24 h is left running "
-        "(0 = no limit).", reload=True),
-    Key("daemon", "max_stops_without_checkpoint", "count", 3,
-        "Churn bound: a reporting job whose last this many stops brought no successful "
-        "checkpoint is flagged and left running (0 = never flag).", reload=True),
-    Key("daemon", "allow_unsigned_reports", "bool", False,
-        "Accept spooled training reports that carry no signature, for jobs registered "
-        "without a report key (insecure: any user could report for any job)."),
-    Key("daemon", "log_format", "choice", "text",
-        "`text`: one readable line per round; `json`: one JSON object per line.", reload=True,
-        choices=LOG_FORMATS),
-    Key("daemon", "journald", "choice", "auto",
-        "Log lines for journald: no timestamp of their own, each prefixed with its syslog "
-        "priority (`<3>` error ... `<7>` debug) so that `journalctl -p` filters them. `auto`: "
-        "when `$JOURNAL_STREAM` says the output goes to the journal.", choices=JOURNALD),
-    Key("daemon", "store_timeout_seconds", "positive", 5.0,
-        "How long one store read or write may wait (SQLite busy timeout; PostgreSQL connect, "
-        "lock and statement timeouts) before the round is abandoned as a store outage."),
-    Key("daemon", "max_snapshot_age_seconds", "optional_nonnegative", None,
-        "A round whose Slurm snapshot is older than this when it comes to act re-reads Slurm "
-        "and re-plans instead (unset = round_seconds / 2).", reload=True),
-    Key("daemon", "standby_retry_seconds", "positive", 5.0,
-        "A standby daemon (another one holds the leader lock) tries to take the lock this "
-        "often (at most every round)."),
-    Key("daemon", "metrics_address", "string", "127.0.0.1",
-        "Address the Prometheus endpoint binds to (`0.0.0.0` to expose it)."),
-    Key("daemon", "metrics_port", "port", 9814,
-        "Port of the Prometheus endpoint `/metrics` (0 = off)."),
-    Key("policy", "min_resolve_interval_s", "nonnegative", _SETTINGS_DEFAULTS.min_resolve_interval_s,
-        "Gavel-style policies re-solve only when the job set changed and this many seconds "
-        "passed (the reference's gate; 0 = every change).", reload=True),
-    Key("policy", "idle_unallocated", "bool", _SETTINGS_DEFAULTS.idle_unallocated,
-        "Gavel-style policies: a job arriving between re-solves waits for the next one "
-        "(the reference's behaviour) instead of taking idle GPUs.", reload=True),
-)
-BY_NAME: dict[str, Key] = {k.dotted: k for k in KEYS}
-SECTIONS = ("daemon", "policy")
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    round_seconds: float = 120.0
-    policy: str = "shockwave"
-    grace_seconds: float = 30.0
-    partitions: tuple[str, ...] = ("gpu",)
-    db: str = "/var/lib/shockslurm/shockslurm.db"
-    backend: str = "auto"
-    cluster: str = "slurm"          # the name `shocksub --cluster` registers specs under
-    stop_timeout_seconds: float = 60.0
-    event_poll_seconds: float = 2.0
-    spool_dir: str = ""             # training reports' spool directory, ingested each round
-    rejected_dir: str = ""          # refused reports ("" = `<spool_dir>.rejected`)
-    policy_options: Mapping[str, Any] = field(default_factory=dict)
-    log_format: str = "text"
-    journald: str = "auto"
-    metrics_address: str = "127.0.0.1"
-    metrics_port: int = 9814
-    job_name_prefix: str = ""
-    min_run_seconds: float | None = None     # None: 1.5 x round_seconds
-    max_preemptions_per_day: int = 24
-    max_stops_without_checkpoint: int = 3
-    allow_unsigned_reports: bool = False
-    store_timeout_seconds: float = 5.0
-    max_snapshot_age_seconds: float | None = None     # None: round_seconds / 2
-    standby_retry_seconds: float = 5.0
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # key -> origin
-
-    @property
-    def snapshot_age_bound(self) -> float:
-        """`max_snapshot_age_seconds`, or half a round when unset."""
-        if self.max_snapshot_age_seconds is None:
-            return self.round_seconds / 2
-        return self.max_snapshot_age_seconds
-
-    def policy_settings(self) -> PolicySettings:
-        opts = dict(self.policy_options)
-        kwargs: dict[str, Any] = {k: opts.pop(k) for k in SETTINGS_KEYS if k in opts}
-        return PolicySettings(round_s=self.round_seconds, options=tuple(sorted(opts.items())),
-                              **kwargs)
-
+# The key table (re-exported: most callers import it from here).
+from .keys import BACKENDS as BACKENDS
+from .keys import BY_NAME as BY_NAME
+from .keys import DAEMON_KEYS as DAEMON_KEYS
+from .keys import DB_ENV as DB_ENV
+from .keys import KEYS as KEYS
+from .keys import KINDS as KINDS
+from .keys import POLICY_ENV_PREFIX as POLICY_ENV_PREFIX
+from .keys import SECTIONS as SECTIONS
+from .keys import SETTINGS_KEYS as SETTINGS_KEYS
+from .keys import DaemonConfig as DaemonConfig
+from .keys import Key as Key
 
 # --------------------------------------------------------------------------- masking
 _URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)([^@\s]+)(@)")
@@ -216,57 +59,7 @@ def mask(text: str) -> str:
     return _URL_PASSWORD.sub(r"\1***\3", text)
 
 
-# --------------------------------------------------------------------------- validation
-def _check(key: Key, value: Any, source: str) -> Any:
-    def bad(msg: str) -> ConfigError:
-        return ConfigError(f"{msg}, got {value!r}", source=source, field=key.dotted)
-
-    if key.kind in ("positive", "nonnegative"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("must be a number")
-        if not math.isfinite(value) or value < 0 or (key.kind == "positive" and value == 0):
-            raise bad(f"must be a finite number {'> 0' if key.kind == 'positive' else '>= 0'}")
-        return float(value)
-    if key.kind == "string":
-        if not isinstance(value, str) or not value:
-            raise bad("must be a non-empty string")
-        return value
-    if key.kind == "path":
-        if not isinstance(value, str):
-            raise bad("must be a string (\"\" for none)")
-        return value
-    if key.kind == "choice":
-        if not isinstance(value, str) or value not in key.choices:
-            raise bad(f"must be one of {', '.join(key.choices)}")
-        return value
-    if key.kind == "partitions":
-        if (not isinstance(value, list) or not value
-                or not all(isinstance(p, str) and p for p in value)):
-            raise bad("must be a non-empty list of partition names")
-        return tuple(value)
-    if key.kind == "optional_nonnegative":
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("must be a number")
-        if not math.isfinite(value) or value < 0:
-            raise bad("must be a finite number >= 0")
-        return float(value)
-    if key.kind == "count":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise bad("must be an integer >= 0 (0 = off)")
-        return value
-    if key.kind == "port":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-            raise bad("must be an integer port 0-65535 (0 = off)")
-        return value
-    if key.kind == "bool":
-        if not isinstance(value, bool):
-            raise bad("must be true or false")
-        return value
-    raise AssertionError(key.kind)  # pragma: no cover
-
-
+# --------------------------------------------------------------------------- parsing
 def _toml_or_text(raw: str) -> Any:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
@@ -275,7 +68,7 @@ def _toml_or_text(raw: str) -> Any:
 
 
 def _env_value(key: Key, raw: str) -> Any:
-    if key.kind in ("string", "path", "choice"):
+    if KINDS[key.kind].text:
         return raw
     value = _toml_or_text(raw)
     if value is raw and key.kind == "partitions":
@@ -287,6 +80,18 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>",
                  env: Mapping[str, str] | None = None) -> DaemonConfig:
     """Validate a parsed TOML document (plus `env` overrides, when given) into a
     `DaemonConfig`."""
+    tables = _tables(data, source)
+    sources: dict[str, str] = {}
+    values = _daemon_values(tables["daemon"], source, env or {}, sources)
+    options, origins = _policy_options(tables["policy"], source, env or {}, sources)
+    options = check_policy_settings(options, origins)
+    assign_policy_options([values["policy"]], options, origins)
+    return DaemonConfig(policy_options=options, sources=sources, **values)
+
+
+def _tables(data: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """The `[daemon]` and `[policy]` tables (empty when absent); an unknown table or
+    `[daemon]` key is a `ConfigError`."""
     unknown_tables = set(data) - set(SECTIONS)
     if unknown_tables:
         raise ConfigError("unknown table (known: [daemon], [policy])", source=source,
@@ -297,43 +102,55 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>",
         if not isinstance(table, dict):
             raise ConfigError("must be a table", source=source, field=section)
         tables[section] = table
-    known = [k.name for k in KEYS if k.section == "daemon"]
+    known = [k.name for k in DAEMON_KEYS]
     for name in tables["daemon"]:
         if name not in known:
             raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", source=source,
                               field=f"daemon.{name}")
+    return tables
+
+
+def _daemon_values(table: Mapping[str, Any], source: str, env: Mapping[str, str],
+                   sources: dict[str, str]) -> dict[str, Any]:
+    """Each `[daemon]` key's value: the default, the file's, then the environment's
+    (`SHOCKSLURM_DB`, then `SHOCKSLURM_DAEMON_<KEY>`); `sources` gets each one's origin."""
     values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for key in KEYS:
-        table = tables[key.section]
+    for key in DAEMON_KEYS:
         if key.name in table:
-            values[key.dotted] = _check(key, table[key.name], source)
+            values[key.name] = key.check(table[key.name], source)
             sources[key.dotted] = source
-        elif key.section == "daemon":
-            values[key.dotted] = _check(key, key.default, "<defaults>")
+        else:
+            values[key.name] = key.check(key.default, "<defaults>")
             sources[key.dotted] = "default"
-    for key in KEYS:  # environment overrides: SHOCKSLURM_DB, then SHOCKSLURM_DAEMON_<KEY>
-        for var in ((DB_ENV,) if key.dotted == "daemon.db" else ()) + ((key.env,) if key.env
-                                                                        else ()):
-            if env is not None and var in env:
-                where = f"environment variable {var}"
-                values[key.dotted] = _check(key, _env_value(key, env[var]), where)
+        for var in _env_names(key):
+            if var in env:
+                values[key.name] = key.check(_env_value(key, env[var]),
+                                             f"environment variable {var}")
                 sources[key.dotted] = var
-    options = dict(tables["policy"])
+    return values
+
+
+def _policy_options(table: Mapping[str, Any], source: str, env: Mapping[str, str],
+                    sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The `[policy]` options, `SHOCKSLURM_POLICY_<OPTION>` over the file's, and each one's
+    origin (also recorded in `sources`)."""
+    options = dict(table)
     origins = {name: source for name in options}
-    for var, raw in sorted((env or {}).items()):   # SHOCKSLURM_POLICY_<OPTION>
+    for var, raw in sorted(env.items()):
         name = var[len(POLICY_ENV_PREFIX):].lower()
         if var.startswith(POLICY_ENV_PREFIX) and name:
-            options[name] = _env_value(BY_NAME[f"policy.{name}"], raw) if \
-                f"policy.{name}" in BY_NAME else _toml_or_text(raw)
+            key = BY_NAME.get(f"policy.{name}")
+            options[name] = _env_value(key, raw) if key is not None else _toml_or_text(raw)
             origins[name] = f"environment variable {var}"
             sources[f"policy.{name}"] = var
     for name in options:
         sources.setdefault(f"policy.{name}", source)
-    d = {k.name: values[k.dotted] for k in KEYS if k.section == "daemon"}
-    options = check_policy_settings(options, origins)
-    assign_policy_options([d["policy"]], options, origins)
-    return DaemonConfig(policy_options=options, sources=sources, **d)
+    return options, origins
+
+
+def _env_names(key: Key) -> list[str]:
+    """The environment variables that set `key`, the later winning."""
+    return ([DB_ENV] if key.dotted == "daemon.db" else []) + ([key.env] if key.env else [])
 
 
 # --------------------------------------------------------------------------- policy options
@@ -344,7 +161,7 @@ def check_policy_settings(options: Mapping[str, Any], origins: Mapping[str, str]
     out = dict(options)
     for name in SETTINGS_KEYS:
         if name in out:
-            out[name] = _check(BY_NAME[f"policy.{name}"], out[name], origins[name])
+            out[name] = BY_NAME[f"policy.{name}"].check(out[name], origins[name])
     return out
 
 
@@ -494,9 +311,8 @@ def example_toml() -> str:
                                  f"{'' if k.reload else '; [restart]'})", 96,
                                  initial_indent="# ", subsequent_indent="# ",
                                  break_on_hyphens=False)
-            value = k.default if k.example is None else k.example
-            if value is None:
+            if k.default is None:
                 out.append(f"# {k.name} =")
                 continue
-            out.append(f"{'# ' if section == 'policy' else ''}{k.name} = {_toml(value)}")
+            out.append(f"{'# ' if section == 'policy' else ''}{k.name} = {_toml(k.default)}")
     return "\n".join(out) + "\n"

@@ -11,7 +11,7 @@ Every name starts with `shockslurm_`:
 | `shockslurm_gpus_allocated` | gauge | GPUs the latest round's plan gives to jobs |
 | `shockslurm_gpus_schedulable` | gauge | GPUs the policy could hand out that round (usable GPUs of the managed partitions minus those held by jobs the daemon does not schedule) |
 | `shockslurm_enactment_failures_total{action,reason}` | counter | failed Slurm calls, one per job the command named (as many as the store's intents with a non-zero return code); `action` is the verb (signal, requeuehold, hold, update, release), `reason` a coarse class of its stderr (invalid_job, job_state, permission, timeout, backend_error, other) |
-| `shockslurm_idle_gpu_seconds_total{cause}` | counter | idle GPU-seconds measured from the rounds' squeue reads, by cause: `unplaceable` (a released job waited in Reason=Resources while GPUs were free) |
+| `shockslurm_idle_gpu_seconds_total{cause}` | counter | idle GPU-seconds measured from the daemon's squeue reads, by cause (README "Live on Slurm"): `switch` (GPUs a round's stops freed, until the jobs started in their place ran), `unplaceable` (a released job waited in Reason=Resources while GPUs were free), `waiting` (held jobs of ours could have used free GPUs: waiting for a round) |
 | `shockslurm_forecast_abs_error_seconds` | histogram | |forecast - actual| remaining run time of completed jobs (below) |
 | `shockslurm_last_round_timestamp_seconds` | gauge | Unix time of the latest round |
 | `shockslurm_config_reloads_total{result}` | counter | SIGHUP reloads, `ok` or `error` |
@@ -97,6 +97,12 @@ class DaemonMetrics:
         PlatformCollector(registry=r)
         Info("shockslurm_build", "The running shockslurm.", registry=r).info(
             {"version": __version__, "python": platform.python_version()})
+        self._round_metrics(r)
+        self._health_metrics(r)
+        self._forecasts: dict[int, _Forecast] = {}
+
+    def _round_metrics(self, r: CollectorRegistry) -> None:
+        """What each round records: durations, jobs by state, GPUs."""
         self.rounds = Counter("shockslurm_rounds", "Rounds run.", registry=r)
         self.round_duration = Histogram("shockslurm_round_duration_seconds",
                                         "Wall time of a round (observe, solve, enact).",
@@ -113,21 +119,25 @@ class DaemonMetrics:
         self.gpus_schedulable = Gauge("shockslurm_gpus_schedulable",
                                       "GPUs the policy could allocate in the latest round.",
                                       registry=r)
+        self.last_round = Gauge("shockslurm_last_round_timestamp_seconds",
+                                "Unix time of the latest round.", registry=r)
+
+    def _health_metrics(self, r: CollectorRegistry) -> None:
+        """Failures, idle GPUs, forecast error, reloads, outages, leadership."""
         self.enactment_failures = Counter(
             "shockslurm_enactment_failures",
             "Failed Slurm calls, one per job named, by verb and stderr class.",
             ["action", "reason"], registry=r)
         self.idle_gpu_seconds = Counter(
             "shockslurm_idle_gpu_seconds",
-            "Idle GPU-seconds by cause (unplaceable: released jobs waiting for a node).",
+            "Idle GPU-seconds by cause (switch, unplaceable, waiting; README: Metrics).",
             ["cause"], registry=r)
-        self.idle_gpu_seconds.labels(cause="unplaceable")
+        for cause in ("switch", "unplaceable", "waiting"):
+            self.idle_gpu_seconds.labels(cause=cause)
         self.forecast_error = Histogram(
             "shockslurm_forecast_abs_error_seconds",
             "|forecast - actual| remaining run time of completed jobs (README: Metrics).",
             buckets=ERROR_BUCKETS, registry=r)
-        self.last_round = Gauge("shockslurm_last_round_timestamp_seconds",
-                                "Unix time of the latest round.", registry=r)
         self.reloads = Counter("shockslurm_config_reloads", "Configuration reloads (SIGHUP).",
                                ["result"], registry=r)
         self.outages = Counter("shockslurm_outages", "Outages begun (slurm or store).",
@@ -141,7 +151,6 @@ class DaemonMetrics:
         for what in OUTAGE_KINDS:
             self.outages.labels(what=what)
             self.outage_active.labels(what=what).set(0)
-        self._forecasts: dict[int, _Forecast] = {}
 
     # ------------------------------------------------------------------ recording
     def record_round(self, *, now: float, round_duration_s: float, solve_s: float,
@@ -237,9 +246,10 @@ class MetricsObserver:
             states=states,
             views={v.job_id: v for v in snapshot.jobs})
         stats = getattr(self.cluster, "last_stats", None)
-        idle = getattr(stats, "idle_unplaceable_gpu_s", 0.0)
-        if idle > 0:
-            self.metrics.idle_gpu_seconds.labels(cause="unplaceable").inc(idle)
+        for cause in ("switch", "unplaceable", "waiting"):
+            idle = getattr(stats, f"idle_{cause}_gpu_s", 0.0)
+            if idle > 0:
+                self.metrics.idle_gpu_seconds.labels(cause=cause).inc(idle)
 
 
 class MetricsJournal:

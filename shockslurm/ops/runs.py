@@ -24,6 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..model import JobSpec
+from ..policies import PolicySettings
 from ..sim.run import SimResult
 from ..store.models import Job, JobEvent, PlanEntry, Round, Run
 from ..store.repository import REGISTRY_KIND
@@ -108,7 +109,8 @@ def from_store(session: Session, run_id: int) -> RunSeries:
             exclusive[label] = float(detail["exclusive_runtime_s"])
         except (ValueError, KeyError, TypeError):
             pass
-    round_s = float(cfg.get("round_s") or cfg.get("round_seconds") or 120.0)
+    round_s = float(cfg.get("round_s") or cfg.get("round_seconds")
+                    or PolicySettings.round_s)
     rounds = [(r.time_s, plans[r.id]) for r in rounds_rows]
     bars, _ = _bars(rounds, completion, gang, round_s)
     used = [sum(plan.values()) for _, plan in rounds]

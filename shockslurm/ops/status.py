@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -130,70 +130,93 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
     of `jobs`, by Slurm job id."""
     if not jobs:
         return {}
-    submit = {j.job_id: j.submit_time for j in jobs}
     out: dict[int, StoreJob] = {}
     with Session(engine) as s:
-        rows = s.execute(select(Job, Run.kind).join(Run, Job.run_id == Run.id)
-                         .where(Run.cluster == cluster, Job.job_id.in_(list(submit)))).all()
-        owner: dict[int, int] = {}            # job pk -> Slurm job id
-        registration: dict[int, Job] = {}
-        for job, kind in rows:
-            if abs(job.submit_s - submit[job.job_id]) > TOLERANCE_S:
-                continue                        # an older job with a reused id
-            owner[job.id] = job.job_id
-            out.setdefault(job.job_id, StoreJob())
-            if kind == REGISTRY_KIND:
-                best = registration.get(job.job_id)
-                if best is None or (abs(job.submit_s - submit[job.job_id])
-                                    < abs(best.submit_s - submit[job.job_id])):
-                    registration[job.job_id] = job
-        for job_id, job in registration.items():
-            out[job_id].spec = {"model": job.model, "epochs": job.epochs,
-                                "samples_per_epoch": job.samples_per_epoch,
-                                "batch_sizes": job.batch_sizes}   # validated by job_spec
-        # reports resolve to the registration (`train.records.resolve_job_pk`)
-        reports = read_reports(s, [job.id for job in registration.values()])
-        for job_id, job in registration.items():
-            if job.id in reports:
-                out[job_id].last_report_s = reports[job.id].last_report_s
+        owner = _registrations(s, cluster, {j.job_id: j.submit_time for j in jobs}, out)
         if not owner:
             return out
-        pks = list(owner)
-        for sample in s.scalars(select(ThroughputSample).where(ThroughputSample.job_pk.in_(pks))
-                                .order_by(ThroughputSample.time_s, ThroughputSample.id)):
-            info = out[owner[sample.job_pk]]
-            info.reported = True
-            info.rate_by_bs[sample.batch_size] = sample.samples_per_s
-            info.batch_size = sample.batch_size
-        for ev in s.scalars(select(JobEvent).where(JobEvent.job_pk.in_(pks))
-                            .order_by(JobEvent.time_s, JobEvent.id)):
-            info = out[owner[ev.job_pk]]
-            if ev.kind == "epoch_done":
-                detail = _json(ev.detail)
-                epoch = detail.get("epoch")
-                if isinstance(epoch, int):
-                    info.reported = True
-                    info.epochs_done = max(info.epochs_done or 0, epoch + 1)
-                    info.last_epoch_s = ev.time_s
-                    bs = detail.get("batch_size")
-                    if isinstance(bs, int):
-                        info.observed.append(bs)
-            if history:
-                info.events.append((ev.time_s, ev.kind, ev.detail or ""))
+        _read_samples(s, owner, out)
+        _read_events(s, owner, out, history)
         if history:
-            q = (select(EnactmentIntent, Round.round_index)
-                 .join(Round, EnactmentIntent.round_id == Round.id)
-                 .where(EnactmentIntent.job_pk.in_(pks))
-                 .order_by(EnactmentIntent.created_at, EnactmentIntent.id))
-            for intent, round_index in s.execute(q).all():
-                info = out[owner[intent.job_pk]]
-                rc = "pending" if intent.return_code is None else f"rc={intent.return_code}"
-                info.intents.append((_stamp(intent.created_at), f"round {round_index} "
-                                     f"{intent.action}", rc, " ".join(intent.argv)))
+            _read_intents(s, owner, out)
             for info in out.values():
                 info.events = info.events[-HISTORY:]
                 info.intents = info.intents[-HISTORY:]
     return out
+
+
+def _registrations(s: Session, cluster: str, submit: Mapping[int, float],
+                   out: dict[int, StoreJob]) -> dict[int, int]:
+    """The store's jobs of these Slurm jobs (an older job with a reused id is not one), each
+    job's spec and last report from its registration into `out`; returns job pk -> Slurm id."""
+    rows = s.execute(select(Job, Run.kind).join(Run, Job.run_id == Run.id)
+                     .where(Run.cluster == cluster, Job.job_id.in_(list(submit)))).all()
+    owner: dict[int, int] = {}            # job pk -> Slurm job id
+    registration: dict[int, Job] = {}
+    for job, kind in rows:
+        if abs(job.submit_s - submit[job.job_id]) > TOLERANCE_S:
+            continue                        # an older job with a reused id
+        owner[job.id] = job.job_id
+        out.setdefault(job.job_id, StoreJob())
+        if kind == REGISTRY_KIND:
+            best = registration.get(job.job_id)
+            if best is None or (abs(job.submit_s - submit[job.job_id])
+                                < abs(best.submit_s - submit[job.job_id])):
+                registration[job.job_id] = job
+    for job_id, job in registration.items():
+        out[job_id].spec = {"model": job.model, "epochs": job.epochs,
+                            "samples_per_epoch": job.samples_per_epoch,
+                            "batch_sizes": job.batch_sizes}   # validated by job_spec
+    # reports resolve to the registration (`train.records.resolve_job_pk`)
+    reports = read_reports(s, [job.id for job in registration.values()])
+    for job_id, job in registration.items():
+        if job.id in reports:
+            out[job_id].last_report_s = reports[job.id].last_report_s
+    return owner
+
+
+def _read_samples(s: Session, owner: Mapping[int, int], out: dict[int, StoreJob]) -> None:
+    """Throughput samples: the rate per batch size and the latest batch size."""
+    for sample in s.scalars(select(ThroughputSample)
+                            .where(ThroughputSample.job_pk.in_(list(owner)))
+                            .order_by(ThroughputSample.time_s, ThroughputSample.id)):
+        info = out[owner[sample.job_pk]]
+        info.reported = True
+        info.rate_by_bs[sample.batch_size] = sample.samples_per_s
+        info.batch_size = sample.batch_size
+
+
+def _read_events(s: Session, owner: Mapping[int, int], out: dict[int, StoreJob],
+                 history: bool) -> None:
+    """Job events: epochs done and the batch sizes they ran (and every event, for history)."""
+    for ev in s.scalars(select(JobEvent).where(JobEvent.job_pk.in_(list(owner)))
+                        .order_by(JobEvent.time_s, JobEvent.id)):
+        info = out[owner[ev.job_pk]]
+        if ev.kind == "epoch_done":
+            detail = _json(ev.detail)
+            epoch = detail.get("epoch")
+            if isinstance(epoch, int):
+                info.reported = True
+                info.epochs_done = max(info.epochs_done or 0, epoch + 1)
+                info.last_epoch_s = ev.time_s
+                bs = detail.get("batch_size")
+                if isinstance(bs, int):
+                    info.observed.append(bs)
+        if history:
+            info.events.append((ev.time_s, ev.kind, ev.detail or ""))
+
+
+def _read_intents(s: Session, owner: Mapping[int, int], out: dict[int, StoreJob]) -> None:
+    """The daemon's enactment intents on these jobs, with their round."""
+    q = (select(EnactmentIntent, Round.round_index)
+         .join(Round, EnactmentIntent.round_id == Round.id)
+         .where(EnactmentIntent.job_pk.in_(list(owner)))
+         .order_by(EnactmentIntent.created_at, EnactmentIntent.id))
+    for intent, round_index in s.execute(q).all():
+        info = out[owner[intent.job_pk]]
+        rc = "pending" if intent.return_code is None else f"rc={intent.return_code}"
+        info.intents.append((_stamp(intent.created_at), f"round {round_index} "
+                             f"{intent.action}", rc, " ".join(intent.argv)))
 
 
 def _json(text: str | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from ..train import records
 from ..train.records import BadReport, add_rows, check_report
+from .owned import SlurmOwner, accept_owned
 from .rejected import RejectedArea, default_rejected_dir
 from .spool_read import MAX_REPORT_BYTES, Read, open_spool, read_entry, report_names, shown
 
@@ -99,6 +100,10 @@ class SpoolIngest:
     limit: int = MAX_FILES_PER_ROUND
     max_bytes: int = MAX_REPORT_BYTES
     max_round_bytes: int = MAX_BYTES_PER_ROUND
+    cluster: str = "slurm"
+    # this round's active Slurm jobs and their users (`owned.slurm_owners`): an unsigned report
+    # of a plain sbatch job is accepted when its file's owner runs the job (`owned`)
+    owners: dict[int, SlurmOwner] = field(default_factory=dict)
     _stuck: set[str] = field(default_factory=set, init=False)   # entries not removable
     _spool_problem: str | None = field(default=None, init=False)
 
@@ -178,6 +183,12 @@ class SpoolIngest:
         try:
             return report, check_report(session, report, allow_unsigned=self.allow_unsigned), None
         except BadReport as exc:
+            try:
+                owned = accept_owned(session, report, read.owner, self.cluster, self.owners)
+            except BadReport as again:
+                return report, 0, safe_reason(str(again), report)
+            if owned is not None:
+                return report, owned, None
             return report, 0, safe_reason(str(exc), report)
         except (ValueError, TypeError, KeyError, RecursionError) as exc:  # odd nested values
             return report, 0, f"cannot be checked ({type(exc).__name__}){_claimed(report)}"

@@ -45,6 +45,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -57,6 +58,7 @@ from sqlalchemy.orm import Session, aliased
 
 from ..model import RunLength
 from .ingest import SpoolIngest
+from .owned import RecentOwners, slurm_owners
 from ..live.enact import StopHistory
 from ..live.journaling import JournalUnavailable
 from ..live.progress_source import Progress, ProgressSource, RunTimeProgress, progress_ceiling
@@ -123,7 +125,17 @@ def read_reports(session: Session, pks: Sequence[int]) -> dict[int, JobReports]:
     """The reports of the jobs `pks` (store keys), in one query."""
     if not pks:
         return {}
-    pks = list(pks)
+    out: dict[int, JobReports] = {}
+    rows = session.execute(_reports_query(list(pks)))
+    for kind, job_pk, _id, time_s, bs, x, detail in sorted(rows, key=lambda r: (r[1], r[2])):
+        _fold(out.setdefault(job_pk, JobReports()), kind, float(time_s), bs, x, detail)
+    return out
+
+
+def _reports_query(pks: list[int]) -> Any:
+    """One UNION of the rows `_fold` reads: (kind, job_pk, id, time_s, batch size, number,
+    detail) per epoch event, latest progress, throughput sample, batch-size change and ok
+    checkpoint, and the failed checkpoints since the last ok one (counted)."""
     ev = JobEvent
     events = select(ev.kind.label("kind"), ev.job_pk.label("job_pk"), ev.id.label("id"),
                     ev.time_s.label("time_s"), cast(null(), Integer).label("bs"),
@@ -150,40 +162,47 @@ def read_reports(session: Session, pks: Sequence[int]) -> dict[int, JobReports]:
                     func.max(ck.id), func.max(ck.time_s), cast(func.count(), Integer),
                     cast(null(), Float), cast(null(), Text)).where(
         ck.job_pk.in_(pks), ck.ok.is_(False), ck.id > last_ok_id).group_by(ck.job_pk)
-    out: dict[int, JobReports] = {}
-    rows = session.execute(union_all(events, samples, changes, ok_ckpt, failed))
-    for kind, job_pk, _id, time_s, bs, x, detail in sorted(rows, key=lambda r: (r[1], r[2])):
-        r = out.setdefault(job_pk, JobReports())
-        if kind == "throughput":
-            if x is not None and math.isfinite(x) and x > 0 and bs:
-                r.throughput = (float(time_s), float(x), int(bs))
-        elif kind == "batch_size_change":
-            r.change = (float(time_s), int(bs))
-        elif kind == "checkpoint_ok":
-            r.last_ok_checkpoint = float(time_s)
-        elif kind == "checkpoint_failed":
-            r.failed_checkpoints = int(bs or 0)
-            r.last_failed_checkpoint = float(time_s)
-        else:
-            try:
-                info = json.loads(detail or "{}")
-            except ValueError:
-                continue
-            if not isinstance(info, dict):
-                continue
-            if kind == "epoch_done":
-                epoch = info.get("epoch")
-                if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
-                    size = info.get("batch_size")
-                    r.epoch_bs[epoch] = (size if isinstance(size, int) and size > 0
-                                         and not isinstance(size, bool) else None)
-                    r.last_epoch_time = max(r.last_epoch_time or time_s, time_s)
-            elif kind == "progress":
-                pos = info.get("epoch_progress")
-                if isinstance(pos, (int, float)) and not isinstance(pos, bool) and \
-                        math.isfinite(pos) and pos >= 0:
-                    r.position, r.position_time = float(pos), float(time_s)
-    return out
+    return union_all(events, samples, changes, ok_ckpt, failed)
+
+
+def _fold(r: JobReports, kind: str, time_s: float, bs: int | None, x: float | None,
+          detail: str | None) -> None:
+    """One row of `_reports_query` into the job's reports (rows in id order)."""
+    if kind == "throughput":
+        if x is not None and math.isfinite(x) and x > 0 and bs:
+            r.throughput = (time_s, float(x), int(bs))
+    elif kind == "batch_size_change":
+        r.change = (time_s, int(bs or 0))
+    elif kind == "checkpoint_ok":
+        r.last_ok_checkpoint = time_s
+    elif kind == "checkpoint_failed":
+        r.failed_checkpoints = int(bs or 0)
+        r.last_failed_checkpoint = time_s
+    else:
+        _fold_event(r, kind, time_s, detail)
+
+
+def _fold_event(r: JobReports, kind: str, time_s: float, detail: str | None) -> None:
+    """An `epoch_done` or `progress` job event; a detail that is not a JSON object, or whose
+    values are out of range, is ignored."""
+    try:
+        info = json.loads(detail or "{}")
+    except ValueError:
+        return
+    if not isinstance(info, dict):
+        return
+    if kind == "epoch_done":
+        epoch = info.get("epoch")
+        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+            size = info.get("batch_size")
+            r.epoch_bs[epoch] = (size if isinstance(size, int) and size > 0
+                                 and not isinstance(size, bool) else None)
+            r.last_epoch_time = max(r.last_epoch_time or time_s, time_s)
+    elif kind == "progress":
+        pos = info.get("epoch_progress")
+        if isinstance(pos, (int, float)) and not isinstance(pos, bool) and \
+                math.isfinite(pos) and pos >= 0:
+            r.position, r.position_time = float(pos), time_s
 
 
 def observed_batch_sizes(epoch_bs: Mapping[int, int | None], done: int, completed: int,
@@ -223,9 +242,11 @@ class ReportedProgress:
         self.cluster = cluster
         self.spool_dir = spool_dir or None
         self.spool = (SpoolIngest(str(spool_dir), str(rejected_dir),
-                                  allow_unsigned=allow_unsigned_reports) if spool_dir else None)
+                                  allow_unsigned=allow_unsigned_reports, cluster=cluster)
+                      if spool_dir else None)
         self.fallback = fallback or RunTimeProgress()
         self._pk: dict[tuple[int, float], int] = {}
+        self._owners = RecentOwners()
         self.reports: dict[tuple[int, float], JobReports] = {}
         self.queries = 0            # report reads (tests check: one per round)
         self.ingested = 0           # report files ingested from the spool, all rounds
@@ -254,6 +275,8 @@ class ReportedProgress:
         return n
 
     def refresh(self, jobs: Sequence[SlurmJob]) -> None:
+        if self.spool is not None:   # plain sbatch jobs' reports (`owned`)
+            self.spool.owners = self._owners.update(slurm_owners(jobs), time.monotonic())
         self.ingest()
         keys = {(j.job_id, j.submit_time) for j in jobs}
         try:

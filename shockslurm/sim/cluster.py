@@ -20,8 +20,12 @@ comparable:
 `fill_on_completion` (off by default; the reference's rounds above are what its numbers assume):
 the live daemon's event-driven rounds (`event_poll_seconds`). A round ends early, at the moment
 a dispatched job finishes while other jobs wait (active and not dispatched, or arrived by then),
-and the next round is a normal round from that moment: the jobs still running are cut there
+or a job arrives whose gang the GPUs idle at that moment can place (no running job is in the
+way), and the next round is a normal round from that moment: the jobs still running are cut there
 (their progress so far is kept, and they are not restarted if the next plan keeps them).
+The daemon's churn bounds apply as they do live (`churn`, `churn_rules`: a running job the plan
+would stop keeps running while its current run is younger than 1.5 rounds or it is expected to
+end within half a round; planned starts that no longer fit wait, latest arrival first).
 Restarts are charged as they happen live: a restarted run spends its first
 `restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
 the next round), instead of the reference's full-round-only rule.
@@ -32,11 +36,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..churn_rules import ChurnLimits, bound_run, early_stop_reason
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
-from ..placement import place_plan
+from ..placement import NodeBook, place_plan
+from ..policies import PolicySettings
 from .jobs import SimJob
 
 FULL_ROUND_SLACK_S = 5.0
+RESTART_OVERHEAD_S = 20.0       # the default time a job loses when it is restarted
 
 
 @dataclass
@@ -51,11 +58,12 @@ class Dispatch:
 class SimulatedCluster:
     gpus: int
     jobs: Sequence[JobSpec]
-    round_s: float = 120.0
-    restart_overhead_s: float = 20.0
+    round_s: float = PolicySettings.round_s
+    restart_overhead_s: float = RESTART_OVERHEAD_S
     adaptation: str = "profile"
     nodes: tuple[Node, ...] = ()
     fill_on_completion: bool = False
+    churn: ChurnLimits | None = None      # the daemon's churn bounds (live-like rounds)
     sim_jobs: dict[int, SimJob] = field(init=False)
     gpu_seconds_used: float = field(init=False, default=0.0)
     demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
@@ -81,6 +89,7 @@ class SimulatedCluster:
         self._moved: frozenset[int] = frozenset()       # dispatched now on other nodes than then
         self._rounds_dispatched = 0
         self._overhead_left: dict[int, float] = {}      # fill: restart time a cut run still owes
+        self._run_start: dict[int, float] = {}          # churn: when each current run began
 
     # ------------------------------------------------------------------ Cluster protocol
     def observe(self, now: float) -> Snapshot:
@@ -102,10 +111,15 @@ class SimulatedCluster:
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
+        if self.churn is not None:
+            plan = self._bounded(plan, now, self.churn)
         if set(plan.placement) != set(plan.run):
             plan = place_plan(plan, snapshot)
         self._moved = frozenset(j for j in plan.run if j in self._previous
                                 and self._where.get(j) != plan.placement[j])
+        for j in plan.run:
+            if j not in self._previous or j in self._moved:
+                self._run_start[j] = now
         self._where = {j: tuple(plan.placement[j]) for j in plan.run}
         self._round_start = now
         self._running = []
@@ -120,7 +134,7 @@ class SimulatedCluster:
     def next_round_start(self, now: float, round_s: float) -> float:
         if self._running:
             end = max(now, max(d.finish_s for d in self._running))
-            early = self._first_fill(end) if self.fill_on_completion else None
+            early = self._first_event(end) if self.fill_on_completion else None
             return end if early is None else max(now, early)
         arrival = self.next_arrival(now)
         return arrival if arrival is not None else now + round_s
@@ -132,12 +146,51 @@ class SimulatedCluster:
         return self._pending[0].arrival_s if self._pending else None
 
     # ------------------------------------------------------------------ internals
+    def _bounded(self, plan: RoundPlan, now: float, churn: ChurnLimits) -> RoundPlan:
+        """The daemon's churn bounds (`churn_rules`): running jobs the plan would stop but the
+        daemon would keep keep running, and planned starts that no longer fit wait."""
+        running = [j for j in self._previous if j in self._active]
+        keep = [j for j in running if j not in plan.run and early_stop_reason(
+            churn, now - self._run_start.get(j, now),
+            self._active[j].remaining_iterations / self._active[j].throughput) is not None]
+        if not keep:
+            return plan
+        order = sorted((j for j in plan.run if j not in running),
+                       key=lambda j: (self._active[j].spec.arrival_s, j))
+        gpus = {j: self._active[j].spec.gang_size for j in (*plan.run, *keep)}
+        run, dropped = bound_run(plan.run, running, keep, gpus, order, self.gpus)
+        info = {**plan.info, "kept": sorted(keep)}
+        if dropped:
+            info["dropped"] = list(dropped)
+        return RoundPlan(run, info)
+
     def _restart_s(self, job_id: int) -> float:
         """fill_on_completion: the restart time a run of `job_id` starting now spends first."""
         if job_id in self._previous and job_id not in self._moved:
             return self._overhead_left.get(job_id, 0.0)
         first_round = self._rounds_dispatched == 0
         return 0.0 if first_round else self.restart_overhead_s
+
+    def _first_event(self, end: float) -> float | None:
+        """fill_on_completion: the first moment before `end` that starts a round early: a
+        completion that frees GPUs while a job waits, or an arrival that fits the idle GPUs."""
+        fill = self._first_fill(end)
+        arrival = self._first_arrival_fit(end if fill is None else fill)
+        return fill if arrival is None else arrival
+
+    def _first_arrival_fit(self, end: float) -> float | None:
+        """The first arrival before `end` whose gang the GPUs idle at that moment can place."""
+        for spec in self._pending:
+            if spec.arrival_s >= end:
+                return None
+            held: dict[str, int] = {}
+            for d in self._running:
+                if d.finish_s > spec.arrival_s:
+                    for name, gpus in self._where.get(d.job_id, ()):
+                        held[name] = held.get(name, 0) + gpus
+            if NodeBook(self.nodes, held).can_take(spec.gang_size):
+                return spec.arrival_s
+        return None
 
     def _first_fill(self, end: float) -> float | None:
         """The first moment before `end` a dispatched job finishes while another job waits."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..model import JobSpec, parse_cluster_shape
+from ..policies import PolicySettings
 from ..workload.reference import Throughputs, reference_jobs
 from ..workload.reference_like import ReferenceLikeConfig, generate_reference_like
 from .run import RoundRecord, SimConfig, SimResult, simulate
@@ -53,7 +54,9 @@ REFERENCE_INTERARRIVAL_S = 42.0
 """The 120-job trace's mean inter-arrival time, drawn for 32 GPUs."""
 RATIO_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 ROW_METRICS = (*RATIO_METRICS, "median_rho", "utilization", "sim_wall_s")
-GATES: dict[str, tuple[float, bool]] = {"gate": (1000.0, True), "nogate": (0.0, False)}
+GATES: dict[str, tuple[float, bool]] = {
+    "gate": (PolicySettings.min_resolve_interval_s, PolicySettings.idle_unallocated),
+    "nogate": (0.0, False)}
 """Gate name -> (minimum re-solve interval s, new jobs idle until the next re-solve)."""
 UNGATED = "-"
 REFERENCE = "shockwave"
@@ -121,8 +124,8 @@ def workload(jobs: int, gpus: int, seed: int, table: Throughputs) -> list[JobSpe
 
 def sim_config(case: Case) -> SimConfig:
     interval, idle = GATES.get(case.gate, GATES["gate"])
-    common: dict[str, Any] = {"adaptation": "reference", "min_resolve_interval_s": interval,
-                              "idle_unallocated": idle}
+    common: dict[str, Any] = {"adaptation": "reference", "settings": PolicySettings(
+        min_resolve_interval_s=interval, idle_unallocated=idle)}
     if case.node_gpus and case.gpus > case.node_gpus:
         if case.gpus % case.node_gpus:
             raise ValueError(f"{case.gpus} GPUs do not split into nodes of {case.node_gpus}")

@@ -3,29 +3,33 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..engine import RoundLoop, VirtualClock
+from ..churn_rules import ChurnLimits
 from ..model import JobSpec, Node, RoundPlan, Snapshot, cluster_shape
 from ..policies import PolicySettings, make_policy
-from .cluster import SimulatedCluster
+from .cluster import RESTART_OVERHEAD_S, SimulatedCluster
 from .metrics import JobOutcome, RunMetrics, compute_metrics
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """`gpus` is one pool unless `nodes` (whose GPUs sum to `gpus`) say how they are split;
-    `SimConfig.for_nodes` fills `gpus` in."""
+    `SimConfig.for_nodes` fills `gpus` in. `settings`: what the policy is given (the round
+    length, Gavel's re-solve gate; the policy's options come with each `simulate` call)."""
 
     gpus: int
-    round_s: float = 120.0
-    restart_overhead_s: float = 20.0
+    restart_overhead_s: float = RESTART_OVERHEAD_S
     adaptation: str = "profile"
-    min_resolve_interval_s: float = 1000.0
-    idle_unallocated: bool = True
+    settings: PolicySettings = field(default_factory=PolicySettings)
     nodes: tuple[Node, ...] = ()
     fill_on_completion: bool = False    # live-like rounds (`SimulatedCluster`); off: reference
+
+    @property
+    def round_s(self) -> float:
+        return self.settings.round_s
 
     @classmethod
     def for_nodes(cls, nodes: tuple[Node, ...], **kwargs: Any) -> "SimConfig":
@@ -114,11 +118,10 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
     cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
                                restart_overhead_s=config.restart_overhead_s,
                                adaptation=config.adaptation, nodes=config.nodes,
-                               fill_on_completion=config.fill_on_completion)
-    settings = PolicySettings(round_s=config.round_s,
-                              min_resolve_interval_s=config.min_resolve_interval_s,
-                              idle_unallocated=config.idle_unallocated,
-                              options=tuple(sorted((policy_options or {}).items())))
+                               fill_on_completion=config.fill_on_completion,
+                               churn=(ChurnLimits.for_round(config.round_s)
+                                      if config.fill_on_completion else None))
+    settings = replace(config.settings, options=tuple(sorted((policy_options or {}).items())))
     recorder = _Recorder(cluster, progress)
     loop = RoundLoop(cluster, make_policy(policy, settings), VirtualClock(0.0), config.round_s,
                      observers=[recorder])

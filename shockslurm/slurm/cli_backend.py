@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Mapping, Sequence
 
 from .parse import parse_scontrol_line, parse_sinfo, parse_squeue
+from .quirks import SQUEUE_ALL_STATES_24_11
 from .types import CommandResult, SlurmError, SlurmJob, SlurmNode, SlurmVersion
 from .version import detect_version
 
@@ -80,8 +81,10 @@ class CliBackend:
         return self._version
 
     def jobs(self) -> list[SlurmJob]:
-        """Every job slurmctld knows, from one `squeue --json` (filter in Python)."""
-        return parse_squeue(self._read(["squeue", "--json"]).stdout)
+        """Every job slurmctld knows, finished ones included, from one `squeue --json` (filter in
+        Python; 24.11+ would leave finished jobs out without `--states=all`)."""
+        argv = ["squeue", "--json", *SQUEUE_ALL_STATES_24_11]
+        return parse_squeue(self._read(argv).stdout)
 
     def nodes(self) -> list[SlurmNode]:
         """Every node, from one `sinfo -N --json` (-N: one record per node and partition in

@@ -1,6 +1,7 @@
 """Version-aware, shape-tolerant parsing of `squeue --json` / `sinfo --json` into our records.
 
-One small function per field understands every shape the supported Slurm versions write:
+One small function per field (`fields.py`; GPUs and host lists in `gres.py`) understands every
+shape the supported Slurm versions write:
 
 | field          | 22.05 (openapi v0.0.38)  | 23.02 .. 25.11 (data_parser v0.0.39 .. v0.0.44)        |
 |----------------|--------------------------|--------------------------------------------------------|
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from ..errors import InputError
+from .fields import Ctx, number, strings, text, timestamp
+from .gres import gpu_count
 from .states import parse_job_state
 from .types import JobState, SlurmJob, SlurmNode, SlurmVersion
 from .version import version_from_meta
@@ -38,224 +40,6 @@ SINFO = "sinfo --json"
 # state_description (scontrol shows Reason=job_requeued_in_held_state); no REQUEUE_HOLD flag
 # reaches the JSON. We derive the flag from the description so all versions agree.
 REQUEUE_HOLD_DESC = "job requeued in held state"
-MAX_GPU_INDEX = 4096               # more GPU indices than any node has: gres_detail is garbled
-
-
-class _Ctx:
-    """Where we are, so every error names the source, the job and the field."""
-
-    def __init__(self, source: str, ident: object) -> None:
-        self.source = source
-        self.ident = ident
-
-    def fail(self, field: str, message: str) -> InputError:
-        return InputError(f"job/node {self.ident}: {message}", source=self.source, field=field)
-
-
-# --- generic field readers ------------------------------------------------------------------
-
-def number(value: Any, ctx: _Ctx, field: str, default: int | None = 0) -> int | None:
-    """A plain int, a numeric string, null, or a 23.02+ `{"set","infinite","number"}` object.
-
-    Unset (`set: false`) and infinite values give `default`.
-    """
-    original = value
-    while isinstance(value, Mapping):          # a loop, not recursion: nesting depth is untrusted
-        if value.get("infinite") or not value.get("set", True):
-            return default
-        if "number" not in value:
-            break
-        value = value["number"]
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise ctx.fail(field, f"expected a number, got {original!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):           # json.loads accepts NaN / Infinity
-            raise ctx.fail(field, f"expected a finite number, got {original!r}")
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return _int(value, ctx, field)
-    raise ctx.fail(field, f"expected a number, got {original!r}")
-
-
-def _int(digits: str, ctx: "_Ctx | None", field: str) -> int:
-    """int() of a string of digits; one too long for Python (over 4300 digits) is an InputError."""
-    try:
-        return int(digits)
-    except ValueError:
-        message = f"number too long: {digits[:40]!r}... ({len(digits)} characters)"
-        if ctx is not None:
-            raise ctx.fail(field, message) from None
-        raise InputError(message, field=field) from None
-
-
-def text(value: Any, ctx: _Ctx, field: str) -> str:
-    """A string; null and missing give ""."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise ctx.fail(field, f"expected a string, got {value!r}")
-
-
-def timestamp(value: Any, ctx: _Ctx, field: str) -> float | None:
-    """Unix seconds; 0, unset and infinite give None."""
-    n = number(value, ctx, field, default=None)
-    return float(n) if n else None
-
-
-def strings(value: Any, ctx: _Ctx, field: str) -> tuple[str, ...]:
-    """A list of strings, or one comma-separated string (older CSV fields)."""
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        return tuple(p for p in value.split(",") if p)
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ctx.fail(field, f"expected a list of strings, got {value!r}")
-
-
-# --- gres -----------------------------------------------------------------------------------
-
-def _split_outside(s: str, open_: str = "(", close: str = ")") -> list[str]:
-    """`s` split on the commas outside `open_`...`close` (`gpu:2(IDX:0,2),shard:1` or
-    `gpu[01,03],gpu05`), each part stripped, empty parts dropped."""
-    out: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in s:
-        if ch == open_:
-            depth += 1
-        elif ch == close:
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return [p.strip() for p in out if p.strip()]
-
-
-def gpu_count(spec: str, ctx: _Ctx | None = None, field: str = "gres") -> int:
-    """GPUs in a gres/TRES string, summed over entries; other gres (shard, mps, tmpsize) skipped.
-
-    Understands "gres:gpu:3", "gres:gpu:a100:2", "gres/gpu:2", "gres/gpu:a100:2",
-    "gres/gpu=2" (TRES form), node gres "gpu:8", "gpu:h100:8(S:0-1)", used gres
-    "gpu:2(IDX:0-1)", and "N/A" / "(null)" / "" (no GPUs).
-    """
-    total = 0
-    for entry in _split_outside(spec or ""):
-        if entry in ("N/A", "(null)", "none"):
-            continue
-        entry = entry.split("(", 1)[0]
-        for prefix in ("gres:", "gres/"):
-            if entry.startswith(prefix):
-                entry = entry[len(prefix):]
-        if "=" in entry:                               # TRES form: gpu=2 / gpu:a100=2
-            name, _, count = entry.partition("=")
-            parts = name.split(":") + [count]
-        else:
-            parts = entry.split(":")
-        if parts[0] != "gpu":
-            continue
-        tail = parts[-1] if len(parts) > 1 else "1"
-        if re.fullmatch(r"\d+", tail):
-            total += _int(tail, ctx, field)
-        elif len(parts) == 2:                          # "gpu:a100" (type, no count) = 1
-            total += 1
-        elif ctx is not None:
-            raise ctx.fail(field, f"unreadable GPU count in {spec!r}")
-        else:
-            raise InputError(f"unreadable GPU count in {spec!r}", field=field)
-    return total
-
-
-def gpu_indices(detail: Iterable[str]) -> tuple[int, ...]:
-    """GPU indices from gres_detail entries such as "gpu:3(IDX:0-2)" or "gpu:a100:2(IDX:1,5)".
-
-    A malformed list ("IDX:-", "IDX:1-2-3") or one naming more than `MAX_GPU_INDEX` GPUs is an
-    `InputError` (never a huge range expanded in memory).
-    """
-    out: list[int] = []
-    for entry in detail:
-        m = re.search(r"IDX:([0-9,\-]+)", entry)
-        if not m or not entry.startswith("gpu"):
-            continue
-        for part in m.group(1).split(","):
-            if not part:
-                continue
-            r = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part)
-            if r is None:
-                raise InputError(f"unreadable GPU index list in {entry!r}", field="gres_detail")
-            lo = int(r.group(1))
-            hi = int(r.group(2)) if r.group(2) is not None else lo
-            if hi < lo or hi > MAX_GPU_INDEX or len(out) + hi - lo + 1 > MAX_GPU_INDEX:
-                raise InputError(f"implausible GPU index list in {entry!r}", field="gres_detail")
-            out.extend(range(lo, hi + 1))
-    return tuple(out)
-
-
-# --- node lists -----------------------------------------------------------------------------
-
-MAX_HOSTLIST = 100_000             # more hosts than any cluster has: the node list is garbled
-_HOST_RANGE = re.compile(r"^([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)$")
-
-
-def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Node names of a Slurm host list: "gpu[01-03,07],cpu1" -> gpu01, gpu02, gpu03, gpu07,
-    cpu1 (zero padding kept, as Slurm writes it). One bracket per name, as Slurm's compact
-    form of `squeue`'s `nodes` and `required_nodes` (22.05 .. 25.11) has it; anything else is
-    an `InputError` (never a huge range expanded in memory)."""
-    out: list[str] = []
-    for entry in _split_outside(text or "", "[", "]"):
-        m = _HOST_RANGE.match(entry)
-        if m is None:
-            if "[" in entry or "]" in entry:
-                raise InputError(f"unreadable host list {text!r}", field="nodes")
-            out.append(entry)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for part in ranges.split(","):
-            r = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part)
-            if r is None:
-                raise InputError(f"unreadable host list {text!r}", field="nodes")
-            lo, hi = r.group(1), r.group(2) or r.group(1)
-            if int(hi) < int(lo) or len(out) + int(hi) - int(lo) + 1 > MAX_HOSTLIST:
-                raise InputError(f"implausible host list {text!r}", field="nodes")
-            width = len(lo)
-            out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
-    return tuple(out)
-
-
-def gpus_per_allocated_node(job: SlurmJob) -> tuple[tuple[str, int], ...] | None:
-    """Where a job that holds GPUs holds them: (node, GPUs) per allocated node, in node order;
-    None when Slurm's answer does not say (no node list, or GPUs per node unknown).
-
-    Slurm 22.05 (and 23.02+) write `gres_detail` as one entry per allocated node in the order
-    of the expanded `nodes` list ("gpu:2(IDX:0-1)"), also for `--gpus` jobs, whose GPUs per
-    node may differ; when the entries do not match the nodes one to one, every node holds the
-    request's GPUs per node (a multi-node gres job has the same count on each)."""
-    try:
-        names = expand_hostlist(job.node_list)
-        counts = [gpu_count(d.split("(", 1)[0]) for d in job.gres_detail]
-    except InputError:
-        return None
-    if not names:
-        return None
-    if len(counts) == len(names):
-        if all(c > 0 for c in counts):
-            return tuple(zip(names, counts))
-    if job.gpus_per_node > 0:
-        return tuple((n, job.gpus_per_node) for n in names)
-    if job.gpus_per_job > 0 and job.gpus_per_job % len(names) == 0:
-        return tuple((n, job.gpus_per_job // len(names)) for n in names)
-    return None
 
 
 # --- documents ------------------------------------------------------------------------------
@@ -293,7 +77,7 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
     """One job record of any supported version."""
     if not isinstance(rec, Mapping):
         raise InputError(f"job record is not an object: {rec!r}", source=source, field="jobs")
-    ctx = _Ctx(source, rec.get("job_id", "?"))
+    ctx = Ctx(source, rec.get("job_id", "?"))
     job_id = number(rec.get("job_id"), ctx, "job_id", default=None)
     if job_id is None or job_id <= 0:
         raise ctx.fail("job_id", f"missing or invalid job id {rec.get('job_id')!r}")
@@ -350,7 +134,7 @@ def parse_squeue(data: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
 
 # --- sinfo ----------------------------------------------------------------------------------
 
-def node_state(value: Any, flags: Any, ctx: _Ctx) -> str:
+def node_state(value: Any, flags: Any, ctx: Ctx) -> str:
     """Lower-case state joined with its flags: "mixed", "idle+drain"."""
     parts = list(strings(value, ctx, "state")) if not isinstance(value, str) else [value]
     parts += [f for f in strings(flags, ctx, "state_flags") if f not in parts]
@@ -359,7 +143,7 @@ def node_state(value: Any, flags: Any, ctx: _Ctx) -> str:
 
 def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
     """22.05 `nodes` entry (also the 23.02+ `scontrol show nodes --json` entry)."""
-    ctx = _Ctx(SINFO, rec.get("name", "?"))
+    ctx = Ctx(SINFO, rec.get("name", "?"))
     name = text(rec.get("name"), ctx, "name")
     if not name:
         raise ctx.fail("name", "node without a name")
@@ -374,7 +158,7 @@ def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
 
 def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
     """23.02+ `sinfo` entry: a group of nodes sharing one partition, state and gres."""
-    ctx = _Ctx(SINFO, "?")
+    ctx = Ctx(SINFO, "?")
     names_block = rec.get("nodes")
     if not isinstance(names_block, Mapping):
         raise ctx.fail("nodes", f"expected an object with 'nodes', got {names_block!r}")

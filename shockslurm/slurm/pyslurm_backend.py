@@ -15,7 +15,7 @@ from collections import Counter
 from types import ModuleType
 from typing import Any, Iterable, Sequence
 
-from .parse import gpu_count
+from .gres import gpu_count
 from .states import parse_job_state
 from .types import CommandResult, JobState, SlurmJob, SlurmNode, SlurmVersion
 

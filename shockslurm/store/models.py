@@ -103,6 +103,10 @@ class Round(Base):
     solve_s: Mapped[float] = mapped_column(Float)
     status: Mapped[str | None] = mapped_column(String(32))
     objective: Mapped[float | None] = mapped_column(Float)
+    # idle GPU-seconds since the previous round, by cause (`live.idle`); NULL: not measured
+    idle_switch_gpu_s: Mapped[float | None] = mapped_column(Float)
+    idle_unplaceable_gpu_s: Mapped[float | None] = mapped_column(Float)
+    idle_waiting_gpu_s: Mapped[float | None] = mapped_column(Float)
 
     run: Mapped[Run] = relationship(back_populates="rounds")
 

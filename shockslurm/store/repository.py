@@ -82,10 +82,16 @@ def add_job_event_once(session: Session, job_pk: int, *, time_s: float, kind: st
 
 def record_round(session: Session, run: Run, *, index: int, time_s: float, policy: str,
                  solve_s: float, plan: Mapping[Job, int], status: str | None = None,
-                 objective: float | None = None) -> Round:
-    """A round and its plan (`plan` maps each running job to its GPUs)."""
+                 objective: float | None = None,
+                 idle_gpu_s: Mapping[str, float] | None = None) -> Round:
+    """A round and its plan (`plan` maps each running job to its GPUs); `idle_gpu_s`: idle
+    GPU-seconds since the previous round by cause (switch, unplaceable, waiting)."""
+    idle = idle_gpu_s or {}
     rnd = Round(run_id=run.id, round_index=index, time_s=time_s, policy=policy, solve_s=solve_s,
-                status=status, objective=_finite(objective))
+                status=status, objective=_finite(objective),
+                idle_switch_gpu_s=_finite(idle.get("switch")),
+                idle_unplaceable_gpu_s=_finite(idle.get("unplaceable")),
+                idle_waiting_gpu_s=_finite(idle.get("waiting")))
     session.add(rnd)
     session.flush()
     session.add_all(PlanEntry(round_id=rnd.id, job_pk=job.id, gpus=gpus)

@@ -21,6 +21,9 @@ Public names (`__all__`, all lazily imported, so `import shockslurm.train` does 
 - `CheckpointManager`, `load_checkpoint`, `CorruptCheckpoint`: the checkpoint files, plain
   `torch.save` dicts that `torch.load(path, weights_only=True)` reads, each with a sha256 sidecar
   (see `checkpoint`).
+- `ShardedCheckpointManager`: sharded (FSDP) model and optimizer states through
+  torch.distributed.checkpoint, each rank writing its shards, atomic, checksummed, rotated (see
+  `sharded`).
 - `ResumableSampler`: your own DataLoader's sampler, resumed mid-epoch without loading what was
   already trained on (`st.sampler(dataset)`, `st.epoch_range(n)`, `st.batches(loader)`; see `data`).
 - `Lease`: the stop flag on its own, for loops that want only that (see `lease`).
@@ -46,6 +49,7 @@ _EXPORTS = {
     "Lease": "lease",
     "Reporter": "reports",
     "ResumableSampler": "data",
+    "ShardedCheckpointManager": "sharded",
     "install_signal_handlers": "lease",
 }
 

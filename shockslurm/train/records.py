@@ -56,6 +56,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import limits
+from ..siteconfig import DEFAULT_CLUSTER
 
 if TYPE_CHECKING:  # the store is the daemon's side (shockslurm[store]); the helper signs only
     from sqlalchemy.orm import Session
@@ -146,7 +147,7 @@ def validate(report: Any) -> dict[str, Any]:
         raise BadReport(f"unknown report kind {limits.shown(kind)}")
     if not _is(report.get("job_id"), int) and not _is(report.get("job_pk"), int):
         raise BadReport("neither job_id nor job_pk is an integer")
-    if not _is(report.get("cluster", "slurm"), str):
+    if not _is(report.get("cluster", DEFAULT_CLUSTER), str):
         raise BadReport("cluster must be a string")
     time_s: Any = report.get("time_s")
     if not _is(time_s, (int, float)) or not math.isfinite(time_s):
@@ -288,6 +289,9 @@ def _already_stored(session: Session, report: dict[str, Any], job_pk: int) -> bo
     return session.scalar(found) is not None
 
 
+already_stored = _already_stored   # the spool's owner rule (reports/owned.py) asks it too
+
+
 def _identity(report: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The model of the row a validated report makes and the conditions that identify it."""
     from ..store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
@@ -324,7 +328,7 @@ def resolve_job_pk(session: Session, report: dict[str, Any]) -> int | None:
     job_pk = report.get("job_pk")
     if _is(job_pk, int):
         return job_pk if session.get(Job, job_pk) is not None else None
-    cluster = report.get("cluster") or "slurm"
+    cluster = report.get("cluster") or DEFAULT_CLUSTER
     return session.scalar(select(Job.id).join(Run, Job.run_id == Run.id)
                           .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
                                  Job.job_id == report["job_id"])

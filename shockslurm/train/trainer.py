@@ -55,66 +55,25 @@ a dict {first epoch: size}, or a callable epoch -> size); each change is reporte
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 
 from . import _env
 from .checkpoint import CheckpointManager, capture, restore
-from .data import ResumableSampler, epoch_generator, permutation, resumable_sampler
+from .epochs import EpochLoops, Schedule, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 
 log = logging.getLogger("shockslurm.train")
 
-Schedule = int | Sequence[int] | Mapping[int, int] | Callable[[int], int]
+__all__ = ["ShockTrainer", "Schedule", "batch_size_for", "fetch"]
 
 
-def batch_size_for(schedule: Schedule, epoch: int) -> int:
-    """The batch size a schedule gives an epoch."""
-    if callable(schedule):
-        size = schedule(epoch)
-    elif isinstance(schedule, int):
-        size = schedule
-    elif isinstance(schedule, Mapping):
-        starts = sorted(k for k in schedule if k <= epoch)
-        if not starts:
-            raise ValueError(f"batch-size schedule has no entry at or before epoch {epoch}")
-        size = schedule[starts[-1]]
-    else:
-        seq = list(schedule)
-        if not seq:
-            raise ValueError("empty batch-size schedule")
-        size = seq[min(epoch, len(seq) - 1)]
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"batch size for epoch {epoch} must be a positive int, got {size!r}")
-    return size
-
-
-def fetch(dataset: Any, indices: torch.Tensor) -> Any:
-    """A batch: tensors / tuples of tensors are indexed at once, other datasets item by item."""
-    if isinstance(dataset, torch.Tensor):
-        return dataset[indices]
-    if isinstance(dataset, (tuple, list)) and dataset and all(
-            isinstance(t, torch.Tensor) for t in dataset):
-        return type(dataset)(t[indices] for t in dataset)
-    getitems = getattr(dataset, "__getitems__", None)
-    items = getitems(indices.tolist()) if getitems else [dataset[i] for i in indices.tolist()]
-    return torch.utils.data.default_collate(items)
-
-
-def _length(dataset: Any) -> int:
-    if isinstance(dataset, (tuple, list)) and dataset and all(
-            isinstance(t, torch.Tensor) for t in dataset):
-        return len(dataset[0])
-    return len(dataset)
-
-
-class ShockTrainer:
+class ShockTrainer(EpochLoops):
     """Checkpoint / lease / report helper around a training loop (best used as a context manager).
 
     model, optimizer, scheduler, scaler: what is checkpointed (a DDP / DataParallel / compiled
@@ -277,153 +236,6 @@ class ShockTrainer:
                  "size %s)", path, self.global_step, self.epoch, self.step_in_epoch,
                  self.batch_size)
         return True
-
-    # ------------------------------------------------------------------ data
-    def epochs(self, dataset: Any, batch_size_schedule: Schedule, num_epochs: int | None = None,
-               *, shuffle: bool = True) -> Iterator[tuple[int, int, Iterator[tuple[int, Any]]]]:
-        """Yield (epoch, batch size, batches) from the current position on; `batches` yields
-        (step in epoch, batch). After a resume, the interrupted epoch comes first with only its
-        remaining batches (possibly none, so that per-epoch code after the inner loop runs)."""
-        if num_epochs is None:
-            if isinstance(batch_size_schedule, Sequence):
-                num_epochs = len(batch_size_schedule)
-            else:
-                raise ValueError("give num_epochs (the schedule does not say how many)")
-        self.num_epochs = num_epochs
-        self.start()
-        n = _length(dataset)
-        resumed = self._resume_pending
-        self._resume_pending = False
-        epoch = self.epoch
-        while epoch < num_epochs:
-            if resumed and epoch == self.epoch and self.step_in_epoch > 0 and (
-                    self.batch_size is not None):
-                size = int(self.batch_size)           # the interrupted epoch keeps its size
-                start = self.step_in_epoch
-            else:
-                size = batch_size_for(batch_size_schedule, epoch)
-                start = 0
-                self._note_batch_size(epoch, size)
-            resumed = False
-            self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
-            self.steps_per_epoch = math.ceil(n / size)
-            self._window_start, self._window_samples = time.perf_counter(), 0
-            yield epoch, size, self._batches(dataset, n, size, start, shuffle)
-            if self.stopped:
-                return
-            epoch = self._end_epoch(epoch, num_epochs, size)
-        self.epoch, self.step_in_epoch = num_epochs, 0
-
-    def _end_epoch(self, epoch: int, num_epochs: int, batch_size: int) -> int:
-        """Report epoch `epoch` done and checkpoint where due; returns the next epoch. The saved
-        position is "start of the next epoch", taken after the user's per-epoch code, so a
-        restart after the end (or from an epoch checkpoint) does not run it twice."""
-        self.reporter.epoch_done(epoch, self.global_step, batch_size=batch_size,
-                                 epochs=num_epochs)
-        epoch += 1
-        if epoch >= num_epochs or self.checkpoint_epochs:
-            self.epoch, self.step_in_epoch = epoch, 0
-            self.save()
-        return epoch
-
-    def _note_batch_size(self, epoch: int, size: int) -> None:
-        """Report a batch size that differs from the previous epoch's."""
-        if self.batch_size is not None and size != self.batch_size:
-            change = {"step": self.global_step, "epoch": epoch, "old": int(self.batch_size),
-                      "new": size}
-            self.batch_size_changes.append(change)
-            self.reporter.batch_size_change(change["old"], size, epoch=epoch,
-                                            step=self.global_step)
-            log.info("shockslurm.train: batch size %d -> %d at epoch %d (step %d)",
-                     change["old"], size, epoch, self.global_step)
-
-    # ------------------------------------------------------------------ your own DataLoader
-    def sampler(self, data: Any, *, shuffle: bool = True, drop_last: bool = False,
-                num_replicas: int | None = None, rank: int | None = None) -> ResumableSampler:
-        """A sampler for your DataLoader that `batches()` resumes exactly (see `data`): the
-        trainer's seed, sharded over the ranks (torch.distributed / RANK, WORLD_SIZE) unless
-        told otherwise."""
-        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
-                                num_replicas=_env.world_size() if num_replicas is None
-                                else num_replicas,
-                                rank=_env.rank() if rank is None else rank)
-
-    def epoch_range(self, num_epochs: int) -> Iterator[int]:
-        """The epochs from the current position on (for loops over your own DataLoader). After
-        each epoch's body: the epoch is reported, and the end of training (and each epoch with
-        checkpoint_epochs) is checkpointed; after a stop, no further epoch."""
-        self.num_epochs = num_epochs
-        self.start()
-        epoch = self.epoch
-        while epoch < num_epochs:
-            if epoch != self.epoch:
-                self.epoch, self.step_in_epoch = epoch, 0
-            yield epoch
-            if self.stopped:
-                return
-            epoch = self._end_epoch(epoch, num_epochs, self.batch_size or 0)
-        self.epoch, self.step_in_epoch = num_epochs, 0
-
-    def batches(self, loader: Any) -> Iterator[tuple[int, Any]]:
-        """One epoch of your DataLoader from the current position: yields (step in epoch,
-        batch). The epoch's batch size is the loader's times the ranks its sampler shards over
-        (what is reported; a change is reported too). After a resume the interrupted epoch
-        continues after the batches already trained on: skipped in the sampler with
-        `st.sampler()`, else loaded and dropped (a warning says so)."""
-        self.start()
-        per_rank = getattr(loader, "batch_size", None)
-        if per_rank is None:
-            raise ValueError("shockslurm.train: batches() needs a DataLoader with a batch_size "
-                             "(one DataLoader per batch size of your schedule)")
-        sampler = resumable_sampler(loader)
-        inner: Any = sampler if sampler is not None else getattr(loader, "sampler", None)
-        size = per_rank * int(getattr(inner, "num_replicas", 1))
-        resuming = self._resume_pending and self.step_in_epoch > 0
-        self._resume_pending = False
-        if resuming and self.batch_size not in (None, size):
-            raise ValueError(f"shockslurm.train: the checkpoint is {self.step_in_epoch} batches "
-                             f"of {self.batch_size} into epoch {self.epoch}; this DataLoader's "
-                             f"batch size is {size}: an epoch resumes with its own batch size")
-        if not resuming:
-            self.step_in_epoch = 0
-            self._note_batch_size(self.epoch, size)
-        self.batch_size = size
-        skip = self.step_in_epoch
-        if hasattr(inner, "set_epoch"):
-            inner.set_epoch(self.epoch)           # ours, or a DistributedSampler
-        if sampler is not None:
-            sampler.start_at(skip * per_rank)
-            skip = 0
-        elif skip:
-            log.warning("shockslurm.train: resuming by loading and dropping %d batches (give the "
-                        "DataLoader sampler=st.sampler(dataset) to skip them without loading)",
-                        skip)
-        loader.generator = epoch_generator(self.seed, self.epoch)
-        try:
-            self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
-        except TypeError:                         # an IterableDataset without __len__
-            self.steps_per_epoch = 0
-        self._window_start, self._window_samples = time.perf_counter(), 0
-        step = self.step_in_epoch
-        for i, batch in enumerate(loader):
-            if i < skip:
-                continue
-            if self.stopped:
-                return
-            self._last_batch_len = size
-            yield step, batch
-            step += 1
-
-    def _batches(self, dataset: Any, n: int, size: int, start: int,
-                 shuffle: bool) -> Iterator[tuple[int, Any]]:
-        order = permutation(self.seed, self.epoch, n) if shuffle else torch.arange(n)
-        steps = math.ceil(n / size)
-        for k in range(start, steps):
-            if self.stopped:
-                return
-            idx = order[k * size:(k + 1) * size]
-            self._last_batch_len = len(idx)
-            yield k, fetch(dataset, idx)
 
     # ------------------------------------------------------------------ per step
     def step(self, samples: int | None = None) -> bool:

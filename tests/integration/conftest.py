@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import controller_up
+
 SCRIPT = Path(__file__).resolve().parents[2] / "shockslurm" / "slurm" / "testcluster.sh"
 
 
@@ -27,20 +29,12 @@ class SlurmTestCluster:
         return self.nodes * self.gpus_per_node
 
 
-def _controller_up() -> bool:
-    try:
-        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "is UP" in out.stdout
-
-
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmTestCluster:
-    if not _controller_up():
+    if not controller_up():
         result = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True,
                                 timeout=600, env={**os.environ})
-        if result.returncode != 0 or not _controller_up():
+        if result.returncode != 0 or not controller_up():
             pytest.fail(f"could not start the Slurm test cluster ({SCRIPT} start):\n"
                         f"{result.stdout}\n{result.stderr}")
     info = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"], capture_output=True,

@@ -44,6 +44,8 @@ from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store.models import Job, JobEvent
 
+from .helpers import end_daemon
+
 pytestmark = pytest.mark.slurm
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -312,9 +314,5 @@ def test_every_attack_as_an_unprivileged_user(slurm_cluster, attacker, arena):
               f"flagged={sum(1 for j in hostile if counts.get(j))}; bypasses="
               f"{ {f: (jobs[j].managed, jobs[j].state.value) for j, f in bypass.items()} }")
     finally:
-        stop.set()
-        if daemon is not None and daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=10)
-        log.close()
+        end_daemon(daemon, stop, log)
         subprocess.run(["scancel", "-u", user], capture_output=True, timeout=30)

@@ -52,7 +52,7 @@ def measure_fill_gap(tmp: Path, event_poll_s: float) -> tuple[float, float]:
                                        "event_poll_seconds": event_poll_s}})
         daemon = build_daemon(cfg, backend, engine=engine,
                               job_filter=lambda j: j.job_id in ours, emit=lambda _line: None)
-        runner = DaemonRunner(daemon, cfg)
+        runner = DaemonRunner(daemon)
         first_round = time.time()
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()

@@ -34,6 +34,8 @@ from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store.models import EnactmentIntent, PlanEntry, Round
 
+from .helpers import controller_up, end_daemon
+
 pytestmark = pytest.mark.slurm
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -45,14 +47,6 @@ RESTART_SLACK_S = 8.0                          # daemon start-up, a stop's wait,
 MIN_KILLS, CTLD_RESTARTS = 10, 2
 DEADLINE_S = 330
 SLURM_DIR = Path(os.environ.get("SHOCK_SLURM_DIR", "/tmp/shockslurm-cluster"))
-
-
-def _ping() -> bool:
-    try:
-        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "is UP" in out.stdout
 
 
 def _restart_slurmctld() -> float:
@@ -69,10 +63,10 @@ def _restart_slurmctld() -> float:
     time.sleep(1.0)
     subprocess.run(["slurmctld"], check=True, timeout=30)
     for _ in range(300):
-        if _ping():
+        if controller_up(timeout_s=5):
             break
         time.sleep(0.1)
-    assert _ping(), "slurmctld did not come back"
+    assert controller_up(timeout_s=5), "slurmctld did not come back"
     return time.monotonic() - t0
 
 
@@ -254,12 +248,8 @@ def test_daemon_survives_kills_and_controller_restarts(tmp_path: Path, slurm_clu
         assert not unfinished, f"jobs completed without reaching their target: {unfinished}"
         assert violations == [], violations[:20]
     finally:
-        stop.set()
-        if daemon is not None and daemon.poll() is None:
-            daemon.kill()
-            daemon.wait(timeout=10)
-        log.close()
-        if not _ping():
+        end_daemon(daemon, stop, log)
+        if not controller_up(timeout_s=5):
             subprocess.run(["slurmctld"], timeout=30)
         if ours:
             subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)

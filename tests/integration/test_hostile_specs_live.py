@@ -54,7 +54,7 @@ def test_hostile_specs_stay_held_and_flagged_while_a_normal_job_runs(tmp_path: P
         engine = open_store(db, create=True)
         daemon = build_daemon(cfg, CliBackend(), engine=engine,
                               job_filter=lambda j: j.job_id in ours, emit=lambda _line: None)
-        runner = DaemonRunner(daemon, cfg)
+        runner = DaemonRunner(daemon)
         for _ in range(3):
             assert runner.attempt() is None                 # a round, never an outage
             time.sleep(2)

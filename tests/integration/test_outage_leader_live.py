@@ -116,6 +116,19 @@ def _released_within(job_id: int, since: float, bound: float) -> float:
     pytest.fail(f"job {job_id} still held {bound + 10:.0f} s after")
 
 
+def _outage_ends(lock: ExclusiveLock, job_id: int, daemon: subprocess.Popen,
+                 left_alone: int | None = None) -> tuple[float, float]:
+    """The store outage `lock` makes: the job stays held until it has lasted `OUTAGE_S` (the
+    job `left_alone` still running at its end), then the lock is released. Returns the seconds
+    until the job is released after that (bounded by a round) and the wall time of the end."""
+    _held_for(job_id, OUTAGE_S - (time.monotonic() - lock.since), daemon)
+    if left_alone is not None:
+        assert _jobs({left_alone})[left_alone].state is JobState.RUNNING
+    unlocked_wall = time.time()
+    unlocked = lock.release()
+    return _released_within(job_id, unlocked, ROUND_S + SLACK_S), unlocked_wall
+
+
 def _wait_log(log: Path, needle: str, timeout: float = 30.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -153,19 +166,14 @@ def test_store_locked_at_start_up_and_while_running(tmp_path: Path, slurm_cluste
         lock = ExclusiveLock(db)
         ours.add(first := _submit(tmp_path, prefix + "0"))
         daemon = _start(config, log)
-        _held_for(first, OUTAGE_S - (time.monotonic() - lock.since), daemon)
-        unlocked = lock.release()
-        figures["start_up_resume_s"] = _released_within(first, unlocked, ROUND_S + SLACK_S)
+        figures["start_up_resume_s"], _ = _outage_ends(lock, first, daemon)
         # 2. locked while the daemon runs rounds
         time.sleep(2 * ROUND_S)
         lock = ExclusiveLock(db)
         locked_wall = time.time()
         ours.add(second := _submit(tmp_path, prefix + "1"))
-        _held_for(second, OUTAGE_S - (time.monotonic() - lock.since), daemon)
-        assert _jobs({first})[first].state is JobState.RUNNING     # left alone
-        unlocked_wall = time.time()
-        unlocked = lock.release()
-        figures["mid_run_resume_s"] = _released_within(second, unlocked, ROUND_S + SLACK_S)
+        figures["mid_run_resume_s"], unlocked_wall = _outage_ends(lock, second, daemon,
+                                                                   left_alone=first)
         _stop(daemon)
         assert daemon.returncode == 0
     finally:

@@ -25,12 +25,10 @@ must be in the store by the end of the first round that starts after it was writ
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,12 +37,13 @@ from sqlalchemy.orm import Session
 
 from shockslurm.cli import status as status_cli
 from shockslurm.daemon import build_daemon, load_config
-from shockslurm.forecast import ForecastState, forecast
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store import repository as repo
-from shockslurm.store.models import BatchSizeChange, Job, ThroughputSample
+from shockslurm.store.models import BatchSizeChange, ThroughputSample
+
+from .helpers import (assert_view_from_reports, registration_pk, run_until_gone,
+                      shocksub_training)
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
 
@@ -94,15 +93,12 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
     backend = CliBackend()
     train_id = None
     try:
-        argv = [sys.executable, "-m", "shockslurm.cli.shocksub", "--gpus", "1",
-                "--partition", "gpu", "--job-name", "shockrd-train", "--model", "mnist-like",
-                "--epochs", str(EPOCHS), "--samples-per-epoch", "2048",
-                "--batch-sizes", "32,64,128", "--batch-size", "32",
-                "--epoch-seconds", str(EPOCH_SECONDS), "--output", str(tmp_path / "%x-%j.out"),
-                "--script-dir", str(tmp_path / "scripts"), "--db", db, "--",
-                sys.executable, str(EXAMPLE), "--ckpt-dir", str(tmp_path / "ck"),
-                "--epochs", str(EPOCHS), "--seed", "7", "--threads", "1",
-                "--sleep", str(STEP_SLEEP_S), "--report-interval", str(REPORT_S)]
+        argv = shocksub_training(
+            tmp_path, db, gpus=1, name="shockrd-train", epochs=EPOCHS,
+            epoch_seconds=EPOCH_SECONDS,
+            command=[sys.executable, str(EXAMPLE), "--ckpt-dir", str(tmp_path / "ck"),
+                     "--epochs", str(EPOCHS), "--seed", "7", "--threads", "1",
+                     "--sleep", str(STEP_SLEEP_S), "--report-interval", str(REPORT_S)])
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
                              env=_submitter_env(site))
         assert out.returncode == 0, out.stderr
@@ -113,8 +109,7 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         cfg = load_config(site)           # the daemon reads the same site file
         engine = open_store(db, create=True)
         with Session(engine) as s:
-            pk = s.scalar(select(Job.id).where(Job.job_id == train_id)
-                          .join(Job.run).where(repo.Run.kind == repo.REGISTRY_KIND))
+            pk = registration_pk(s, train_id)
         assert pk is not None
         lines: list[str] = []
         daemon = build_daemon(cfg, backend, engine=engine,
@@ -134,16 +129,7 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
                                if changes and view is not None else None})
 
         daemon.loop.observers.append(Recorder())
-        seen = [False]
-        deadline = time.monotonic() + TIMEOUT_S
-
-        def finished() -> bool:
-            present = train_id in cluster.jobs
-            seen[0] = seen[0] or present
-            return (seen[0] and not present) or time.monotonic() > deadline
-
-        cluster.finished = finished  # type: ignore[method-assign]
-        daemon.loop.run()
+        run_until_gone(daemon, train_id, TIMEOUT_S)
         daemon.progress.ingest()      # what the job reported after the last round
         state = {j.job_id: j.state for j in backend.jobs()}.get(train_id)
         [log] = tmp_path.glob(f"shockrd-train-{train_id}.out")
@@ -183,17 +169,7 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         grown = [r["view"] for r in reported if r["view"].batch_size > 32]
         assert grown, [(r["view"].batch_size, r["view"].epochs_done) for r in reported]
         v = grown[0]
-        schedule = [32, 32, 64] + [128] * EPOCHS
-        assert v.observed_batch_sizes == tuple(schedule[:int(v.epochs_done)]), v
-        assert v.batch_size in {schedule[int(v.epochs_done)],
-                                schedule[max(0, math.ceil(v.epochs_done) - 1)]}, v
-        spec_ips = 64 / EPOCH_SECONDS
-        assert v.iterations_per_s * v.batch_size > 3 * spec_ips * 32, (v, spec_ips)
-        blind = replace(v, batch_size=32, iterations_per_epoch=64,
-                        observed_batch_sizes=(32,) * int(v.epochs_done),
-                        iterations_per_s=spec_ips)
-        got, without = forecast(v, ForecastState(train_id)), forecast(blind, ForecastState(0))
-        assert got.remaining_s != pytest.approx(without.remaining_s), (got, without)
+        assert_view_from_reports(v, train_id, epochs=EPOCHS, epoch_seconds=EPOCH_SECONDS)
 
         # (3) `shockslurm status` shows when the job last reported
         rows = [row for r in rounds if r["status"] for row in r["status"]

@@ -11,7 +11,6 @@ that torch was not loaded yet when the signal came (the first step's log says so
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
+
+from ..train_job import TRAIN_LOOP, job_env
 
 pytestmark = pytest.mark.slurm
 
@@ -39,35 +40,11 @@ while not lease._early_received and time.monotonic() - t0 < wait_s:
 early = list(lease._early_received)
 print("signal before torch:", [signal.Signals(s).name for s in early],
       "torch" in sys.modules, f"{{time.monotonic() - t0:.2f}} s in", flush=True)
-import torch
-from shockslurm.train import ShockTrainer
-torch.set_num_threads(1)
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 2))
-opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-gen = torch.Generator().manual_seed(1)
-x, y = torch.randn(64, 4, generator=gen), torch.randint(0, 2, (64,), generator=gen)
-with ShockTrainer(model, opt, ckpt_dir=sys.argv[1], every_steps=None, every_seconds=None) as st:
-    print("resumed at", st.global_step, flush=True)
-    for _, _, batches in st.epochs((x, y), 8, 3):
-        for _, (xb, yb) in batches:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(xb), yb).backward()
-            opt.step()
-            if st.step():
-                print("stopped at", st.global_step, st.stop_reason, flush=True)
-                st.save_and_exit()
-    torch.save(model.state_dict(), sys.argv[2])
-print("finished", st.global_step, flush=True)
 """
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SHOCKSLURM_", "SLURM_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE")}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+def _script(**values: str | int) -> str:
+    return TRAIN.format(**values) + TRAIN_LOOP
 
 
 def _state(job: int) -> tuple[str, str]:
@@ -92,13 +69,13 @@ def test_usr1_while_torch_loads_exits_0_then_resumes_bit_identical(tmp_path: Pat
                                                                    slurm_cluster):
     imported = tmp_path / "imported"
     script = tmp_path / "train.py"
-    script.write_text(TRAIN.format(repo=str(REPO), imported=str(imported), wait_s=20))
+    script.write_text(_script(repo=str(REPO), imported=str(imported), wait_s=20))
     reference = tmp_path / "reference.py"          # no signal coming: do not wait for one
-    reference.write_text(TRAIN.format(repo=str(REPO), imported=str(tmp_path / "ref-imp"),
+    reference.write_text(_script(repo=str(REPO), imported=str(tmp_path / "ref-imp"),
                                       wait_s=0))
     ref = subprocess.run([sys.executable, str(reference), str(tmp_path / "ref-ck"),
                           str(tmp_path / "ref.pt")], capture_output=True, text=True,
-                         timeout=120, env=_env())
+                         timeout=120, env=job_env())
     assert ref.returncode == 0 and "finished 24" in ref.stdout, ref.stdout + ref.stderr
 
     argv = [sys.executable, "-m", "shockslurm.cli.shocksub", "--gpus", "1", "--partition", "gpu",
@@ -109,7 +86,7 @@ def test_usr1_while_torch_loads_exits_0_then_resumes_bit_identical(tmp_path: Pat
             "--db", f"sqlite:///{tmp_path / 'store.db'}", "--",
             sys.executable, str(script), str(tmp_path / "ck"), str(tmp_path / "out.pt")]
     sub = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                         env=_env())
+                         env=job_env())
     assert sub.returncode == 0, sub.stderr
     job = int(sub.stdout.strip().splitlines()[-1])
     try:

@@ -16,13 +16,11 @@ reference run does not sleep (sleeping changes no number).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,12 +28,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shockslurm.daemon import build_daemon, parse_config
-from shockslurm.forecast import ForecastState, forecast
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store import repository as repo
-from shockslurm.store.models import BatchSizeChange, Checkpoint, Job, JobEvent, ThroughputSample
+from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, ThroughputSample
+
+from .helpers import (assert_view_from_reports, registration_pk, run_until_gone,
+                      shocksub_training)
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
 
@@ -95,14 +95,10 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
     train_id = rival_id = None
     try:
         # (b) the training job, through shocksub, reporting to the spool
-        argv = [sys.executable, "-m", "shockslurm.cli.shocksub", "--gpus", "8",
-                "--partition", "gpu", "--job-name", "shockit-train", "--model", "mnist-like",
-                "--epochs", str(EPOCHS), "--samples-per-epoch", "2048",
-                "--batch-sizes", "32,64,128", "--batch-size", "32",
-                "--epoch-seconds", str(EPOCH_SECONDS), "--output", str(tmp / "%x-%j.out"),
-                "--script-dir", str(tmp / "scripts"), "--db", db, "--",
-                sys.executable, *_train_args(tmp / "ck", tmp / "final.pt"),
-                "--sleep", str(STEP_SLEEP_S), "--report-interval", "0.5"]
+        argv = shocksub_training(
+            tmp, db, gpus=8, name="shockit-train", epochs=EPOCHS, epoch_seconds=EPOCH_SECONDS,
+            command=[sys.executable, *_train_args(tmp / "ck", tmp / "final.pt"),
+                     "--sleep", str(STEP_SLEEP_S), "--report-interval", "0.5"])
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp,
                              env=_env(SHOCKSLURM_SPOOL=str(spool)))
         assert out.returncode == 0, out.stderr
@@ -149,17 +145,8 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
                                   train_id in plan.run))
 
         daemon.loop.observers.append(Recorder())
-        seen = [False]
-        deadline = time.monotonic() + TIMEOUT_S
-
-        def finished() -> bool:
-            present = train_id in cluster.jobs
-            seen[0] = seen[0] or present
-            return (seen[0] and not present) or time.monotonic() > deadline
-
-        cluster.finished = finished  # type: ignore[method-assign]
         t0 = time.monotonic()
-        daemon.loop.run()
+        run_until_gone(daemon, train_id, TIMEOUT_S)
         elapsed = time.monotonic() - t0
         log = "\n".join(lines)
         print(f"{daemon.loop.stats.rounds} rounds in {elapsed:.0f} s", log, sep="\n")
@@ -206,8 +193,7 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
         # daemon; what the last run reported after the last round is ingested once more here)
         daemon.progress.ingest()
         with Session(engine) as s:
-            pk = s.scalar(select(Job.id).where(Job.job_id == train_id)
-                          .join(Job.run).where(repo.Run.kind == repo.REGISTRY_KIND))
+            pk = registration_pk(s, train_id)
             samples = repo.throughput_history(s, pk)
             assert len(samples) >= 3 and all(x.samples_per_s > 0 for x in samples)
             assert {x.batch_size for x in samples} >= {32}
@@ -229,23 +215,7 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
         grown = [(r, v) for r, v, _ in reported if v.batch_size > 32]
         assert grown, [(r, v.batch_size, v.epochs_done) for r, v, _ in reported]
         r, v = grown[0]
-        schedule = [32, 32, 64] + [128] * EPOCHS
-        assert v.observed_batch_sizes == tuple(schedule[:int(v.epochs_done)])
-        # the size of the epoch under way; on an epoch boundary (a stop on an epoch's last step,
-        # or a round between the epoch's end and the next size's report) either neighbour's
-        assert v.batch_size in {schedule[int(v.epochs_done)],
-                                schedule[max(0, math.ceil(v.epochs_done) - 1)]}, v
-        spec_ips = 64 / EPOCH_SECONDS                  # what the spec alone would say
-        # the measured speed, not the spec's: samples/s (the view's iterations/s are the latest
-        # sample's samples/s over the current batch size, which may have grown since it was taken)
-        assert v.iterations_per_s * v.batch_size > 3 * spec_ips * 32, (v, spec_ips)
-        # and the forecast moves with them: the same view with the spec's batch size / speed
-        # and no history (what the run-time estimate gives) forecasts something else
-        blind = replace(v, batch_size=32, iterations_per_epoch=64,
-                        observed_batch_sizes=(32,) * int(v.epochs_done),
-                        iterations_per_s=spec_ips)
-        got, without = forecast(v, ForecastState(train_id)), forecast(blind, ForecastState(0))
-        assert got.remaining_s != pytest.approx(without.remaining_s), (got, without)
+        assert_view_from_reports(v, train_id, epochs=EPOCHS, epoch_seconds=EPOCH_SECONDS)
         # runs were interrupted while the trainer was in the plan: it was stopped mid-training
         assert sum(1 for _, _, _, planned in views if not planned) >= 2
     finally:

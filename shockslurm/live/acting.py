@@ -1,0 +1,179 @@
+"""`SlurmActions`: how the live cluster reads and acts on Slurm, one journalled call at a time,
+and how it waits for the jobs it stops.
+
+- A read that fails raises `SlurmError` (nothing is enacted on stale state).
+- Every action is journalled before it runs and its outcome after; a failed call is not
+  retried here (the next round recomputes the diff from Slurm's state). An action whose failure
+  says the controller cannot be reached raises `SlurmError` (the rest of the round is
+  abandoned); a journal that cannot record an intent raises `JournalUnavailable` before the
+  call. A `may_act` hook (the daemon's leader lock) is asked before every action.
+- Stop waiting: after the USR1s, `await_exits` polls until the signalled jobs have let go of
+  their GPUs or the rest of the grace period has passed; after the requeuehold, `wait_stopped`
+  polls (bounded by `stop_timeout_s`) until they hold no GPUs, requeueholding any managed job
+  that started outside the plan meanwhile. Each returns when it saw the GPUs free
+  (`freed_at`, monotonic), for the switch's idle GPU-seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Callable, Mapping, Sequence
+
+from . import enact as en
+from . import stops
+from .journaling import EnactStats, Journal, JournalUnavailable, NullJournal
+from ..slurm.types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob
+
+log = logging.getLogger("shockslurm.live.cluster")
+
+STOP_POLL_S = 0.5
+# stderr of an action when slurmctld cannot be reached (or a CliBackend timeout): an outage.
+CONTROLLER_DOWN_RE = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|Connection refused|"
+    r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
+
+
+
+# The live scheduler's defaults (the daemon's key table reads them from here).
+PARTITIONS = ("gpu",)
+GRACE_SECONDS = 30.0          # longest wait between USR1 and requeuehold
+STOP_TIMEOUT_S = 60.0         # how long a round waits for requeued jobs to free their GPUs
+
+class SlurmActions:
+    """Reads, journalled actions and stop waits on one Slurm backend (the live cluster's base)."""
+
+    def __init__(self, backend: SlurmBackend, *, partitions: Sequence[str],
+                 job_filter: Callable[[SlurmJob], bool] | None, journal: Journal | None,
+                 grace_seconds: float, stop_timeout_s: float,
+                 sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 may_act: Callable[[], None] | None = None) -> None:
+        self.backend = backend
+        self.partitions = tuple(partitions)
+        self.job_filter = job_filter
+        self.journal: Journal = journal or NullJournal()
+        self.grace_seconds = float(grace_seconds)
+        self.stop_timeout_s = float(stop_timeout_s)
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self.may_act = may_act
+        # What may hold GPUs right now (plan ∪ jobs being stopped): for watchers and tests.
+        self.allowed_running: frozenset[int] = frozenset()
+
+    def _ours(self, job: SlurmJob) -> bool:
+        if not job.managed or not set(job.partition.split(",")) & set(self.partitions):
+            return False
+        return self.job_filter is None or self.job_filter(job)
+
+    def _read(self, what: str, read: Callable[[], list]) -> list:
+        try:
+            return read()
+        except SlurmError:
+            raise
+        except Exception as exc:   # a half-written answer during a controller restart, ...
+            raise SlurmError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _squeue(self) -> list[SlurmJob]:
+        return self._read("squeue", self.backend.jobs)
+
+    # ------------------------------------------------------------------ actions
+    def _run(self, step: en.Step, stats: EnactStats) -> CommandResult:
+        if self.may_act is not None:     # e.g. still the leader; raises otherwise
+            self.may_act()
+        try:   # never act without the intent recorded first
+            handle = self.journal.intent(step)
+        except JournalUnavailable:
+            raise
+        except Exception as exc:
+            raise JournalUnavailable(f"cannot record the intent {' '.join(step.argv)}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        try:
+            result = self.backend.run(list(step.argv))
+        except Exception as exc:  # a backend that raises must not kill the daemon
+            result = CommandResult(step.argv, -1, "", f"{type(exc).__name__}: {exc}", 0.0)
+        stats.steps.append(step)
+        try:
+            self.journal.outcome(handle, result)
+        except Exception as exc:   # done but not recorded: reconciled at the next start
+            raise JournalUnavailable(f"cannot record the outcome of {' '.join(step.argv)}: "
+                                     f"{type(exc).__name__}: {exc}") from exc
+        if not result.ok:
+            self._failed(step, result, stats)
+        return result
+
+    @staticmethod
+    def _failed(step: en.Step, result: CommandResult, stats: EnactStats) -> None:
+        stats.failed_calls += 1
+        if CONTROLLER_DOWN_RE.search(result.stderr or ""):
+            raise SlurmError(f"{' '.join(step.argv)}: the controller cannot be reached",
+                             argv=step.argv, returncode=result.returncode,
+                             stderr=result.stderr)
+        log.warning("%s failed (rc=%s): %s; the next round retries from Slurm's state",
+                    " ".join(step.argv), result.returncode, result.stderr.strip())
+
+    # ------------------------------------------------------------------ stop waiting
+    def _await_exits(self, job_ids: list[int], wait_s: float,
+                     stats: EnactStats) -> list[SlurmJob] | None:
+        """Wait until every job of `job_ids` has let go of its GPUs (it saved and exited on its
+        USR1) or `wait_s` (the rest of the grace period) has passed, whichever comes first;
+        returns the last squeue read (None when there was nothing to wait for). Polled every
+        `STOP_POLL_S`: a job that exits 1.3 s after its signal is requeued then, not after the
+        whole grace period."""
+        if wait_s <= 0:
+            return None
+        waiting = set(job_ids)
+        t0 = self._monotonic()
+        deadline = t0 + wait_s
+        while True:
+            jobs = self._squeue()
+            if not any(j.job_id in waiting and j.state.holds_gpus for j in jobs):
+                break
+            left = deadline - self._monotonic()
+            if left <= 0:
+                break
+            self._sleep(min(STOP_POLL_S, left))
+        stats.grace_wait_s = self._monotonic() - t0
+        return jobs
+
+    def _not_done_before_signal(self, job_ids: list[int], sent_at: Mapping[int, float],
+                                seen: list[SlurmJob] | None = None) -> list[int]:
+        """`job_ids` without the jobs that had ended before their signal (`stops`), judged on
+        `seen` (the last squeue read) or one fresh read, only in rounds that stop jobs."""
+        if not any(j in sent_at for j in job_ids):
+            return job_ids
+        if seen is None:
+            seen = self._squeue()
+        keep, done = stops.not_done_before_signal(job_ids, sent_at, seen)
+        if done:
+            log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
+        return keep
+
+    def _wait_stopped(self, run: frozenset[int], stopping: set[int],
+                      stats: EnactStats) -> set[int]:
+        """Poll (bounded) until the stopped jobs hold no GPUs; requeuehold any managed job that
+        started outside the plan (`run`) meanwhile (a release that raced a hold). Returns the
+        jobs that still hold GPUs at the deadline."""
+        deadline = self._monotonic() + self.stop_timeout_s
+        requeued = set(stopping)
+        while True:
+            jobs = [j for j in self._squeue() if self._ours(j)]
+            holding = {j.job_id for j in jobs if j.job_id in stopping and j.state.holds_gpus}
+            escaped = {j.job_id for j in jobs if j.state is JobState.RUNNING
+                       and j.job_id not in run and j.job_id not in requeued}
+            if escaped:
+                stopping |= escaped
+                requeued |= escaped
+                self.allowed_running |= frozenset(escaped)
+                step = en.requeue_step(sorted(escaped))
+                assert step is not None
+                self._run(step, stats)
+                continue
+            if not holding:
+                return set()
+            if self._monotonic() >= deadline:
+                log.warning("jobs %s still hold GPUs %.0f s after requeuehold", sorted(holding),
+                            self.stop_timeout_s)
+                return holding
+            self._sleep(STOP_POLL_S)

@@ -1,0 +1,321 @@
+"""The daemon's settings, each declared once: name, type, validator, default and documentation.
+
+`DaemonConfig`'s fields are the `[daemon]` keys (gunicorn's config style: a setting is one
+declaration): `setting(kind, default, doc)` puts the key's validator (its `kind`), default and
+documentation on the field, and `KEYS` is read from the fields, followed by the two `[policy]`
+keys that are `PolicySettings` fields. A default the layer using it already declares is read
+from there, not written again: the round length and the re-solve gate (`PolicySettings`), the
+churn bounds (`live.enact.ChurnLimits`), the cluster name (`siteconfig`). Everything else is
+produced from `KEYS`: validation and the environment overrides (`ops.config.parse_config`),
+`shockslurm config check`, the README's key table and `contrib/shockslurm.toml`
+(`ops.config_render`), the reload rules (`daemon.runner`).
+
+A key's `kind` names its validator (`KINDS`): positive | nonnegative | optional_nonnegative |
+count | port | string | path | choice | partitions | bool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, TypeVar
+
+from ..errors import ConfigError
+from ..churn_rules import ChurnLimits
+from ..live.acting import GRACE_SECONDS, PARTITIONS, STOP_TIMEOUT_S
+from ..policies import REGISTRY, PolicySettings
+from ..siteconfig import DEFAULT_CLUSTER
+
+DB_ENV = "SHOCKSLURM_DB"
+ENV_PREFIX = "SHOCKSLURM_DAEMON_"
+POLICY_ENV_PREFIX = "SHOCKSLURM_POLICY_"
+BACKENDS = ("auto", "cli", "pyslurm")
+LOG_FORMATS = ("text", "json")
+JOURNALD = ("auto", "yes", "no")
+SECTIONS = ("daemon", "policy")
+
+T = TypeVar("T")
+# Defaults owned by the layer that uses them, read here so that each is written once (also the
+# live scheduler's partitions, grace and stop timeout, from `live.acting`).
+_POLICY_DEFAULTS = PolicySettings()
+_CHURN_DEFAULTS = ChurnLimits()
+
+
+# --------------------------------------------------------------------------- validators
+class _Bad(ValueError):
+    """A validator's refusal; `Key.check` turns it into a `ConfigError` naming the key."""
+
+
+def _number(value: Any, bound: str) -> float:
+    """A finite number above 0 (`bound` "> 0") or at least 0 (">= 0")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad("must be a number")
+    if not math.isfinite(value) or value < 0 or (bound == "> 0" and value == 0):
+        raise _Bad(f"must be a finite number {bound}")
+    return float(value)
+
+
+def _positive(value: Any, key: Key) -> float:
+    return _number(value, "> 0")
+
+
+def _nonnegative(value: Any, key: Key) -> float:
+    return _number(value, ">= 0")
+
+
+def _optional_nonnegative(value: Any, key: Key) -> float | None:
+    return None if value is None else _nonnegative(value, key)
+
+
+def _count(value: Any, key: Key) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Bad("must be an integer >= 0 (0 = off)")
+    return value
+
+
+def _port(value: Any, key: Key) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise _Bad("must be an integer port 0-65535 (0 = off)")
+    return value
+
+
+def _string(value: Any, key: Key) -> str:
+    if not isinstance(value, str) or not value:
+        raise _Bad("must be a non-empty string")
+    return value
+
+
+def _path(value: Any, key: Key) -> str:
+    if not isinstance(value, str):
+        raise _Bad("must be a string (\"\" for none)")
+    return value
+
+
+def _choice(value: Any, key: Key) -> str:
+    if not isinstance(value, str) or value not in key.choices:
+        raise _Bad(f"must be one of {', '.join(key.choices)}")
+    return value
+
+
+def _partitions(value: Any, key: Key) -> tuple[str, ...]:
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(p, str) and p for p in value)):
+        raise _Bad("must be a non-empty list of partition names")
+    return tuple(value)
+
+
+def _bool(value: Any, key: Key) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad("must be true or false")
+    return value
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A key's type: its validator, its name in the documentation, and whether an environment
+    variable's text is the value itself (else it is parsed as TOML)."""
+
+    validate: Callable[[Any, Key], Any]
+    type_name: str
+    text: bool = False
+
+
+KINDS: dict[str, Kind] = {
+    "positive": Kind(_positive, "number > 0"),
+    "nonnegative": Kind(_nonnegative, "number >= 0"),
+    "optional_nonnegative": Kind(_optional_nonnegative, "number >= 0 (unset = derived)"),
+    "count": Kind(_count, "integer >= 0"),
+    "port": Kind(_port, "integer 0-65535"),
+    "string": Kind(_string, "string", text=True),
+    "path": Kind(_path, "string (\"\" = none)", text=True),
+    "choice": Kind(_choice, "", text=True),
+    "partitions": Kind(_partitions, "list of strings"),
+    "bool": Kind(_bool, "boolean"),
+}
+
+
+# --------------------------------------------------------------------------- keys
+@dataclass(frozen=True)
+class Key:
+    """One configuration key. `reload`: applied by SIGHUP without a restart; `secret`: masked
+    (URL passwords) wherever printed."""
+
+    section: str
+    name: str
+    kind: str
+    default: Any
+    doc: str
+    reload: bool = False
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def env(self) -> str | None:
+        return ENV_PREFIX + self.name.upper() if self.section == "daemon" else None
+
+    @property
+    def type_name(self) -> str:
+        if self.kind == "choice":
+            return " | ".join(f'"{c}"' for c in self.choices)
+        return KINDS[self.kind].type_name
+
+    def check(self, value: Any, source: str) -> Any:
+        """`value` validated (and normalised: floats, tuples), or a `ConfigError` naming this
+        key and `source`."""
+        try:
+            return KINDS[self.kind].validate(value, self)
+        except _Bad as exc:
+            raise ConfigError(f"{exc}, got {value!r}", source=source,
+                              field=self.dotted) from None
+
+
+def setting(kind: str, default: T, doc: str, *, reload: bool = False,
+            choices: tuple[str, ...] = (), secret: bool = False) -> T:
+    """A `[daemon]` key declared as a `DaemonConfig` field: its default is the field's."""
+    if kind not in KINDS:
+        raise AssertionError(f"unknown kind {kind!r}")
+    spec = {"kind": kind, "doc": doc, "reload": reload, "choices": choices, "secret": secret}
+    return field(default=default, metadata={"key": spec})
+
+
+# --------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class DaemonConfig:
+    """The effective configuration: one field per `[daemon]` key (declared here, once), the
+    `[policy]` table, and where each value came from."""
+
+    round_seconds: float = setting(
+        "positive", _POLICY_DEFAULTS.round_s,
+        "Round length: the policy re-plans and the daemon enacts every this many seconds.",
+        reload=True)
+    policy: str = setting(
+        "choice", "shockwave", "Scheduling policy (`shockslurm simulate --help` lists them).",
+        reload=True, choices=tuple(REGISTRY))
+    grace_seconds: float = setting(
+        "nonnegative", GRACE_SECONDS,
+        "Longest wait between a stopped job's USR1 and its requeuehold (time to checkpoint); a "
+        "job that exits sooner is requeued at once.", reload=True)
+    stop_timeout_seconds: float = setting(
+        "positive", STOP_TIMEOUT_S,
+        "How long a round waits for requeued jobs to release their GPUs.",
+        reload=True)
+    event_poll_seconds: float = setting(
+        "nonnegative", 2.0,
+        "Between rounds, check Slurm (one `squeue --json`) this often for a job of the plan "
+        "that finished while others wait, or a new job that fits the idle GPUs; if so, the "
+        "next round starts at once (0 = off: starts only at round boundaries).", reload=True)
+    stop_lead_seconds: float = setting(
+        "nonnegative", 4.0,
+        "Start each round's reads, solve and stop signals this long before its boundary, so "
+        "the stopped jobs have exited and their successors run at the boundary (measured on "
+        "the test cluster: round start -> successors RUNNING 1.9-3.9 s, of which USR1 -> exit "
+        "1.1 s); at most half a round; 0 = off (rounds start at their boundary).", reload=True)
+    partitions: tuple[str, ...] = setting(
+        "partitions", PARTITIONS,
+        "Partitions whose managed (`shock:managed`) jobs the daemon schedules.")
+    job_name_prefix: str = setting(
+        "path", "",
+        "Admin restriction: schedule only managed jobs whose name starts with this (\"\" = "
+        "all). Other managed jobs are left alone and their GPUs count as taken.")
+    db: str = setting(
+        "string", "/var/lib/shockslurm/shockslurm.db",
+        "The store: a SQLite path or `postgresql+psycopg://USER:PASSWORD@HOST/DB` (put the "
+        "password in `SHOCKSLURM_DB`, not here). The default lies in the systemd unit's "
+        "`StateDirectory`.", secret=True)
+    backend: str = setting(
+        "choice", "auto",
+        "Slurm access: `cli` (squeue/sinfo --json, scontrol), `pyslurm`, or `auto` (pyslurm "
+        "only when it matches the running Slurm).", choices=BACKENDS)
+    cluster: str = setting(
+        "string", DEFAULT_CLUSTER, "The cluster name `shocksub --cluster` registers job specs under.")
+    spool_dir: str = setting(
+        "path", "",
+        "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "
+        "the nodes share: shocksub passes it to each job as `$SHOCKSLURM_SPOOL`, and the training "
+        "helper of a job without that variable reads it from this file. Make it owned by the "
+        "daemon's user with mode 1733 (users may add files, not list the directory or remove "
+        "others' files), in a directory users cannot write.")
+    rejected_dir: str = setting(
+        "path", "",
+        "Where refused report files are kept with a `.reason` each, created 0700 and used only "
+        "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`).")
+    min_run_seconds: float | None = setting(
+        "optional_nonnegative", None,
+        "Churn bound: a running job is not stopped before its current run is this old "
+        "(unset = 1.5 x round_seconds; 0 = no minimum).", reload=True)
+    max_preemptions_per_day: int = setting(
+        "count", _CHURN_DEFAULTS.max_preemptions_per_day,
+        "Churn bound: a job preempted this many times in the last 24 h is left running "
+        "(0 = no limit).", reload=True)
+    max_stops_without_checkpoint: int = setting(
+        "count", _CHURN_DEFAULTS.max_stops_without_checkpoint,
+        "Churn bound: a reporting job whose last this many stops brought no successful "
+        "checkpoint is flagged and left running (0 = never flag).", reload=True)
+    allow_unsigned_reports: bool = setting(
+        "bool", False,
+        "Accept spooled training reports that carry no signature, for jobs registered "
+        "without a report key (insecure: any user could report for any job).")
+    log_format: str = setting(
+        "choice", "text",
+        "`text`: one readable line per round; `json`: one JSON object per line.", reload=True,
+        choices=LOG_FORMATS)
+    journald: str = setting(
+        "choice", "auto",
+        "Log lines for journald: no timestamp of their own, each prefixed with its syslog "
+        "priority (`<3>` error ... `<7>` debug) so that `journalctl -p` filters them. `auto`: "
+        "when `$JOURNAL_STREAM` says the output goes to the journal.", choices=JOURNALD)
+    store_timeout_seconds: float = setting(
+        "positive", 5.0,
+        "How long one store read or write may wait (SQLite busy timeout; PostgreSQL connect, "
+        "lock and statement timeouts) before the round is abandoned as a store outage.")
+    max_snapshot_age_seconds: float | None = setting(
+        "optional_nonnegative", None,
+        "A round whose Slurm snapshot is older than this when it comes to act re-reads Slurm "
+        "and re-plans instead (unset = round_seconds / 2).", reload=True)
+    standby_retry_seconds: float = setting(
+        "positive", 5.0,
+        "A standby daemon (another one holds the leader lock) tries to take the lock this "
+        "often (at most every round).")
+    metrics_address: str = setting(
+        "string", "127.0.0.1",
+        "Address the Prometheus endpoint binds to (`0.0.0.0` to expose it).")
+    metrics_port: int = setting(
+        "port", 9814, "Port of the Prometheus endpoint `/metrics` (0 = off).")
+    # not keys: the [policy] table, and each key's origin
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # key -> origin
+
+    @property
+    def snapshot_age_bound(self) -> float:
+        """`max_snapshot_age_seconds`, or half a round when unset."""
+        if self.max_snapshot_age_seconds is None:
+            return self.round_seconds / 2
+        return self.max_snapshot_age_seconds
+
+    def policy_settings(self) -> PolicySettings:
+        opts = dict(self.policy_options)
+        kwargs: dict[str, Any] = {k: opts.pop(k) for k in SETTINGS_KEYS if k in opts}
+        return PolicySettings(round_s=self.round_seconds, options=tuple(sorted(opts.items())),
+                              **kwargs)
+
+
+POLICY_KEYS: tuple[Key, ...] = (
+    Key("policy", "min_resolve_interval_s", "nonnegative", _POLICY_DEFAULTS.min_resolve_interval_s,
+        "Gavel-style policies re-solve only when the job set changed and this many seconds "
+        "passed (the reference's gate; 0 = every change).", reload=True),
+    Key("policy", "idle_unallocated", "bool", _POLICY_DEFAULTS.idle_unallocated,
+        "Gavel-style policies: a job arriving between re-solves waits for the next one "
+        "(the reference's behaviour) instead of taking idle GPUs.", reload=True),
+)
+# [policy] keys that are PolicySettings fields; every other key is a policy keyword argument.
+SETTINGS_KEYS = tuple(k.name for k in POLICY_KEYS)
+DAEMON_KEYS: tuple[Key, ...] = tuple(
+    Key("daemon", f.name, default=f.default, **f.metadata["key"])
+    for f in fields(DaemonConfig) if "key" in f.metadata)
+KEYS: tuple[Key, ...] = DAEMON_KEYS + POLICY_KEYS
+BY_NAME: dict[str, Key] = {k.dotted: k for k in KEYS}
+RUNTIME_KEYS = frozenset(k.name for k in DAEMON_KEYS if k.reload)

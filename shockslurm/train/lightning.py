@@ -1,0 +1,242 @@
+"""`ShockwaveCallback`: the training helper for loops that are Lightning's (`shockslurm[lightning]`).
+
+    import shockslurm.train                         # first: stop signals are kept from here on
+    import lightning as L
+    from shockslurm.train.lightning import ShockwaveCallback
+
+    trainer = L.Trainer(max_epochs=10, callbacks=[ShockwaveCallback("ckpt", every_steps=200)])
+    trainer.fit(model, train_loader)                # resumes by itself; exits 0 after a stop
+
+What it does, as `ShockTrainer` does for a plain loop:
+- **Checkpoints**: Lightning's own checkpoint dict (model, optimizers, schedulers, loops, other
+  callbacks) plus every RNG state, written by `CheckpointManager` (atomic, sha256 sidecar, the
+  newest `keep` kept), every `every_steps` steps / `every_seconds`, and at the step a stop is
+  honoured. The files are plain `torch.save` dicts: `torch.load(path, weights_only=False)` or
+  `Trainer.fit(ckpt_path=path)` read them too.
+- **Resume**: when `fit` is given no `ckpt_path`, the newest good checkpoint in `ckpt_dir` is
+  loaded (a corrupt or torn one is skipped with a warning), loops included, and RNG states are
+  put back just before training continues. Give the DataLoader `sampler=cb.sampler(dataset)`
+  (a `ResumableSampler`): an interrupted epoch then continues after the batches already trained
+  on, so the run ends bit-identical to an uninterrupted one.
+- **Stop**: USR1/TERM, the stop file or `request_stop()` stops training after the current step
+  (agreed by every rank), checkpointed; then, after `fit` has unwound, the process exits 0
+  (`exit_on_stop=False`: `fit` just returns and `cb.should_stop` is True).
+- **Reports**: throughput, batch size, epoch ends and checkpoints, as `ShockTrainer` sends them.
+
+Lightning's own SLURM auto-requeue (`SLURMEnvironment(auto_requeue=True)`, its default on
+Slurm) handles SIGUSR1 by saving an `hpc_ckpt_*.ckpt` and calling `scontrol requeue` itself, and
+its SIGTERM handler raises in the training loop: both would fight the daemon and this helper. The
+callback turns auto-requeue off at `setup` and takes SIGUSR1/SIGTERM back from Lightning when
+training starts; passing `plugins=[SLURMEnvironment(auto_requeue=False)]` says the same
+explicitly. Requeueing is the daemon's (or Slurm's `--requeue`), never the job's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+from . import _env
+from .checkpoint import CheckpointManager, rng_state, set_rng_state
+from .data import ResumableSampler, resumable_sampler
+from .lease import Lease
+from .reports import Reporter, reporter_from_env
+
+log = logging.getLogger("shockslurm.train")
+
+__all__ = ["ShockwaveCallback"]
+
+STATE_KEY = "shockslurm"
+
+
+class ShockwaveCallback(pl.Callback):
+    """Checkpoints, exact resume, cooperative stop and reports for a Lightning `Trainer`."""
+
+    def __init__(self, ckpt_dir: str | os.PathLike[str], *, every_steps: int | None = None,
+                 every_seconds: float | None = 600.0, keep: int = 3, seed: int = 0,
+                 exit_on_stop: bool = True, resume: bool = True, report_interval_s: float = 10.0,
+                 reporter: Reporter | None = None, lease: Lease | None = None) -> None:
+        self.ckpt = CheckpointManager(ckpt_dir, keep=keep)
+        self.every_steps, self.every_seconds = every_steps, every_seconds
+        self.seed, self.exit_on_stop, self.resume_enabled = seed, exit_on_stop, resume
+        self.report_interval_s = report_interval_s
+        self.reporter = reporter if reporter is not None else reporter_from_env(
+            min_interval_s=report_interval_s)
+        self.lease = lease if lease is not None else Lease()
+        self.lease.install()
+        self.stopped = False
+        self.resumed_from: Path | None = None
+        self._rng: dict[str, Any] | None = None      # restored last, at on_train_start
+        self._skip = 0                               # batches of the epoch already trained on
+        self._last_save_step = -1
+        self._last_save_time = time.monotonic()
+        self._window = (time.perf_counter(), 0)
+        self._batch_size = 0
+        self._save_due = False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.stopped
+
+    def request_stop(self, reason: str = "requested") -> None:
+        self.lease.request_stop(reason)
+
+    def sampler(self, data: Any, *, shuffle: bool = True, drop_last: bool = False) -> ResumableSampler:
+        """The DataLoader sampler this callback resumes mid-epoch (seeded, sharded by rank)."""
+        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+                                num_replicas=_env.world_size(), rank=_env.rank())
+
+    # ------------------------------------------------------------------ setup and resume
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        env = trainer._accelerator_connector.cluster_environment
+        if isinstance(env, SLURMEnvironment) and env.auto_requeue:
+            env.auto_requeue = False       # the daemon requeues; Lightning must not (see above)
+            log.info("shockslurm.train: Lightning's SLURM auto-requeue turned off")
+        if stage != "fit" or not self.resume_enabled or trainer.ckpt_path:
+            return
+        found = self.ckpt.load_latest()
+        if found is None:
+            return
+        path, state = found
+        # Lightning picks its checkpoint before `setup`; hand it the verified dict instead of a
+        # path (its restore reads `_loaded_checkpoint`, `resume_end` clears it).
+        trainer._checkpoint_connector._loaded_checkpoint = state
+        self.resumed_from = path
+        log.info("shockslurm.train: resuming from %s (step %s)", path, state.get("global_step"))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        checkpoint[STATE_KEY] = {"rng": rng_state(), "seed": self.seed,
+                                 "batches_in_epoch": int(loop.batch_progress.current.ready)}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        mine = checkpoint.get(STATE_KEY) or {}
+        self._rng = mine.get("rng")
+        self._skip = int(mine.get("batches_in_epoch", 0))
+        self.seed = int(mine.get("seed", self.seed))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning registered its own SIGUSR1/SIGTERM handlers just before: take them back.
+        self.lease.close()
+        self.lease.install()
+        self._skip_done(trainer)
+        if self._rng is not None:
+            set_rng_state(self._rng)
+            self._rng = None
+        self._last_save_step = trainer.global_step if self.resumed_from else -1
+        self._window = (time.perf_counter(), 0)
+
+    def _skip_done(self, trainer: pl.Trainer) -> None:
+        """Continue an interrupted epoch after the batches already trained on (its iterator was
+        made already: make it again from the sampler started at the right sample)."""
+        if not self._skip:
+            return
+        loader = trainer.train_dataloader
+        sampler = resumable_sampler(loader)
+        if sampler is None:
+            log.warning("shockslurm.train: resuming mid-epoch without cb.sampler(dataset): the "
+                        "epoch does not continue exactly where it stopped")
+            return
+        if self._skip >= trainer.num_training_batches:
+            self._skip = 0                    # stopped at the epoch's last batch: nothing to skip
+            return
+        sampler.set_epoch(trainer.current_epoch)
+        sampler.start_at(self._skip * int(getattr(loader, "batch_size", 1) or 1))
+        fetcher = trainer.fit_loop._data_fetcher
+        if fetcher is None:
+            return
+        iter(fetcher)                         # the epoch's iterator, from the sampler's start
+        fetcher.fetched -= self._skip         # Lightning adds the batches done back (its count)
+        self._skip = 0
+
+    # ------------------------------------------------------------------ per step
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._report(trainer, batch)
+        step = trainer.global_step
+        step_due = self.every_steps is not None and step % self.every_steps == 0
+        time_due = (self.every_seconds is not None
+                    and time.monotonic() - self._last_save_time >= self.every_seconds)
+        stop, time_due = self.lease.poll(time_due)
+        self._save_due = self._save_due or step_due or time_due
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            # Lightning has yet to end the epoch (LR schedulers, loop counters): a checkpoint
+            # taken now would resume into a half-ended epoch. Save (and stop) at the next step,
+            # or when training ends.
+            return
+        if self._save_due or stop:
+            self.save(trainer)
+        if stop and not self.stopped:
+            self.stopped = True
+            trainer.should_stop = True
+            log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written", step,
+                        self.lease.reason or "stop requested")
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._save_due:
+            self.save(trainer)
+
+    def _report(self, trainer: pl.Trainer, batch: Any) -> None:
+        size = _batch_len(batch) * _env.world_size()
+        if size != self._batch_size and self._batch_size:
+            self.reporter.batch_size_change(self._batch_size, size, epoch=trainer.current_epoch,
+                                            step=trainer.global_step)
+        self._batch_size = size
+        start, samples = self._window
+        samples += size
+        elapsed = time.perf_counter() - start
+        if elapsed >= self.report_interval_s:
+            self.reporter.throughput(samples / elapsed, size, epoch=trainer.current_epoch,
+                                     epochs=trainer.max_epochs, step=trainer.global_step)
+            start, samples = time.perf_counter(), 0
+        self._window = (start, samples)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.reporter.epoch_done(trainer.current_epoch, trainer.global_step,
+                                 batch_size=self._batch_size, epochs=trainer.max_epochs)
+
+    def save(self, trainer: pl.Trainer) -> Path | None:
+        """Checkpoint now (collective: every rank calls it; rank 0 writes)."""
+        step = trainer.global_step
+        if step == self._last_save_step:
+            return None
+        state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        path = self.ckpt.save(state, step)
+        trainer.strategy.barrier("shockslurm-checkpoint")
+        self._last_save_step, self._last_save_time = step, time.monotonic()
+        self._save_due = False
+        if self.ckpt.is_writer:
+            self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, True)
+        return path
+
+    # ------------------------------------------------------------------ the end
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.lease.close()
+        self.reporter.close()
+        if stage == "fit" and self.stopped and self.exit_on_stop:
+            log.warning("shockslurm.train: exiting 0 at step %d for Slurm to requeue",
+                        trainer.global_step)
+            raise SystemExit(0)
+
+
+def _batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_len(next(iter(batch.values())))
+    return 0

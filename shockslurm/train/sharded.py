@@ -1,0 +1,186 @@
+"""Sharded checkpoints (FSDP) through `torch.distributed.checkpoint` (DCP): each rank writes its
+own shards, nothing is gathered whole on one rank.
+
+Layout (per checkpoint, in the checkpoint directory):
+
+    dcp-<step:012d>/             DCP's files (`.metadata`, `__<rank>_0.distcp`, ...)
+    dcp-<step:012d>/MANIFEST.sha256   every other file's sha256, `sha256sum -c` format
+
+Writing (`save`, collective: every rank calls it): DCP writes into a dot-named temporary
+directory; rank 0 then checksums every file into the manifest (written last, fsynced), fsyncs the
+files and renames the directory onto its name, so a checkpoint directory either is whole with its
+manifest or does not exist; then all but the newest `keep` are deleted. Reading (`load_latest`,
+collective): rank 0 checks the newest directories' manifests (a missing, wrong or incomplete one
+is logged and the next older one tried) and tells every rank which one to load; each rank loads
+its shards (`dcp.load`) and puts them into the live model and optimizer (`set_state_dict`).
+
+What is saved: the model and optimizer states (`get_state_dict`: FSDP/DTensor sharded, or plain),
+every rank's RNG states, and `extras` (plain values). The directory must be on a file system every
+rank sees (the job's shared checkpoint directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .checkpoint import _fsync_dir, atomic_write, rng_state, set_rng_state
+
+log = logging.getLogger("shockslurm.train")
+
+MANIFEST = "MANIFEST.sha256"
+_NAME_RE = re.compile(r"^dcp-(\d{12})$")
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+        os.fsync(fh.fileno())
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """Checksum every file of a DCP directory into its manifest (written last)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    text = "".join(f"{_digest(p)}  {p.relative_to(directory)}\n" for p in files)
+    atomic_write(directory / MANIFEST, text.encode("utf-8"))
+
+
+def check_manifest(directory: Path) -> str | None:
+    """None when every file the manifest names is there with its checksum, else why not."""
+    try:
+        lines = (directory / MANIFEST).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return "no manifest (the save that wrote it did not finish)"
+    if not lines:
+        return "empty manifest"
+    for line in lines:
+        digest, _, name = line.partition("  ")
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if _digest(path) != digest:
+            return f"{name}: sha256 differs from the manifest (corrupt or torn)"
+    return None
+
+
+class ShardedCheckpointManager:
+    """Rotated DCP checkpoints of a (possibly FSDP-sharded) model and its optimizer."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.extras: dict[str, Any] = {}
+
+    def path_for(self, step: int) -> Path:
+        return self.directory / f"dcp-{int(step):012d}"
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, directory) of every checkpoint, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted((int(m.group(1)), self.directory / e.name)
+                      for e in os.scandir(self.directory)
+                      if (m := _NAME_RE.match(e.name)) and e.is_dir())
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
+             extras: dict[str, Any] | None = None) -> Path:
+        """Checkpoint (collective); returns the checkpoint's directory."""
+        import torch.distributed.checkpoint as dcp
+
+        final = self.path_for(step)
+        tmp = self.directory / f".dcp-{int(step):012d}.tmp"
+        if _rank() == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+        _barrier()
+        state = _state(model, optimizer)
+        state["meta"] = {"step": int(step), "extras": dict(extras or {})}
+        dcp.save(state, checkpoint_id=str(tmp))
+        rngs = _gather_rng()
+        _barrier()
+        if _rank() == 0:
+            torch.save({"rng_ranks": rngs}, tmp / "rng.pt")
+            write_manifest(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            _fsync_dir(self.directory)
+            for _, old in self.checkpoints()[:-self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        _barrier()
+        return final
+
+    def _choose(self) -> Path | None:
+        """Rank 0: the newest checkpoint whose manifest checks out."""
+        for _, path in reversed(self.checkpoints()):
+            problem = check_manifest(path)
+            if problem is None:
+                return path
+            log.warning("shockslurm.train: skipping bad sharded checkpoint %s: %s", path, problem)
+        return None
+
+    def load_latest(self, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None) -> tuple[Path, int] | None:
+        """Load the newest good checkpoint into `model` / `optimizer` (collective); returns its
+        directory and step, or None when there is none."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        best = self._choose() if _rank() == 0 else None
+        chosen: list[Any] = [str(best) if best is not None else None]
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast_object_list(chosen, src=0)
+        if chosen[0] is None:
+            return None
+        path = Path(chosen[0])
+        state = _state(model, optimizer)
+        state["meta"] = {"step": 0, "extras": {}}
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(model, optimizer if optimizer is not None else (),
+                       model_state_dict=state["model"],
+                       optim_state_dict=state.get("optim", {}))
+        self.extras = dict(state["meta"].get("extras") or {})
+        rngs = torch.load(path / "rng.pt", weights_only=True)["rng_ranks"]
+        if len(rngs) > _rank():
+            set_rng_state(rngs[_rank()])
+        return path, int(state["meta"]["step"])
+
+
+def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else ())
+    state: dict[str, Any] = {"model": model_sd}
+    if optimizer is not None:
+        state["optim"] = optim_sd
+    return state
+
+
+def _gather_rng() -> list[Any]:
+    mine = rng_state()
+    if not (dist.is_available() and dist.is_initialized()):
+        return [mine]
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    return ranks

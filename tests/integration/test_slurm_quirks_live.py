@@ -1,0 +1,116 @@
+"""What the daemon relies on in scontrol and scancel, checked on the Slurm that runs here (22.05 on
+the host; 24.11 and 26.05 through `bash docker/versions.sh VERSION tests/integration/...`):
+
+- requeue delay: `scontrol requeuehold` then `release` leaves a job in Reason=BeginTime (Slurm
+  sets its eligible time about 2 minutes ahead), and `scontrol update StartTime=now` clears it;
+- pinning: `scontrol update ReqNodeList=<node>` on a held job shows up as squeue's
+  `required_nodes`, the released job starts there, and `ReqNodeList=` clears the pin;
+- comments: the plugin's tag in `comment` and its record in `admin_comment` (`shock:req=` and
+  the job's tres_per_node, spelled `gres:gpu:N` by 22.05 and `gres/gpu:N` by 23.11+);
+- `scancel --signal` names each job it could not signal on stderr (`SCANCEL_FAILED_RE`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+
+from shockslurm.live.enact import BEGIN_TIME_REASON, SCANCEL_FAILED_RE
+from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.types import JobState, SlurmJob
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def jobs(slurm_cluster) -> Iterator[list[int]]:
+    ids: list[int] = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *map(str, ids)], capture_output=True, timeout=30)
+
+
+def _sbatch(ids: list[int], *opts: str) -> int:
+    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp", *opts,
+                          "--wrap", "sleep 300"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    ids.append(int(out.stdout.strip().split(";")[0]))
+    return ids[-1]
+
+
+def _scontrol(*args: str) -> None:
+    out = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, f"scontrol {' '.join(args)}: {out.stderr}"
+
+
+def _job(job_id: int) -> SlurmJob:
+    return next(j for j in CliBackend().jobs() if j.job_id == job_id)
+
+
+def _wait(job_id: int, ok, what: str, timeout_s: float = 30.0) -> SlurmJob:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = _job(job_id)
+        if ok(job):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} not {what} after {timeout_s} s: {job}"
+        time.sleep(0.3)
+
+
+def test_requeue_delay_is_begin_time_and_start_time_now_clears_it(jobs):
+    job_id = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1")
+    assert _job(job_id).held
+    _scontrol("release", str(job_id))
+    _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING")
+    _scontrol("requeuehold", str(job_id))
+    held = _wait(job_id, lambda j: j.held and j.state is JobState.PENDING, "held again")
+    assert held.restart_count == 1
+    _scontrol("release", str(job_id))
+    waiting = _wait(job_id, lambda j: j.reason == BEGIN_TIME_REASON, "in Reason=BeginTime", 10)
+    assert waiting.state is JobState.PENDING
+    time.sleep(6)                       # two scheduling passes (sched_interval=5): still waiting
+    assert _job(job_id).state is JobState.PENDING
+    _scontrol("update", f"JobId={job_id}", "StartTime=now")
+    _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING after StartTime=now", 15)
+
+
+def test_req_node_list_pins_a_held_job_and_an_empty_one_clears_it(jobs):
+    pinned = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1")
+    _scontrol("update", f"JobId={pinned}", "ReqNodeList=gpu03")
+    assert _job(pinned).required_nodes == "gpu03"
+    _scontrol("release", str(pinned))
+    running = _wait(pinned, lambda j: j.state is JobState.RUNNING, "RUNNING")
+    assert running.node_list == "gpu03"
+    cleared = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1")
+    _scontrol("update", f"JobId={cleared}", "ReqNodeList=gpu02")
+    _scontrol("update", f"JobId={cleared}", "ReqNodeList=")
+    assert _job(cleared).required_nodes == ""
+
+
+def test_plugin_tag_and_request_record(jobs):
+    job = _job(_sbatch(jobs, "-p", "gpu", "--gres=gpu:2", "--comment", "mine"))
+    assert job.comment == "mine;shock:managed" and job.managed and job.held
+    assert re.fullmatch(r"shock:req=gres[:/]gpu:2", job.admin_comment), job.admin_comment
+    cpu = _job(_sbatch(jobs, "-p", "gpu", "--comment", "mine"))
+    assert (cpu.comment, cpu.admin_comment, cpu.managed) == ("mine", "", False)
+
+
+def test_scancel_signal_names_the_jobs_it_could_not_signal(jobs):
+    """The daemon's stop (`scancel --signal=USR1 --batch`) on a running job, an unknown id and
+    a finished job: rc 1, and stderr names exactly the two it could not reach (a plain scancel
+    of an unknown id says nothing without -v, on every version here)."""
+    live = _sbatch(jobs, "-p", "gpu")
+    done = _sbatch(jobs, "-p", "gpu")
+    _wait(live, lambda j: j.state is JobState.RUNNING, "RUNNING")
+    subprocess.run(["scancel", str(done)], capture_output=True, timeout=30)
+    _wait(done, lambda j: j.state is JobState.CANCELLED, "CANCELLED", 15)
+    gone = 9_999_999
+    out = subprocess.run(["scancel", "--signal=USR1", "--batch", str(live), str(gone), str(done)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert sorted(int(m) for m in SCANCEL_FAILED_RE.findall(out.stderr)) == [done, gone], \
+        out.stderr

@@ -1,0 +1,38 @@
+"""The lower bounds of `sim/bounds.py`: exact on small cases, never above a real schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from shockslurm.policies import PolicySettings
+from shockslurm.sim.bounds import avg_jct_bound, fluid_feasible, worst_rho_bound
+from shockslurm.sim.run import SimConfig, simulate
+from shockslurm.workload.generator import GeneratorConfig, generate
+
+from .conftest import make_spec
+
+
+def test_two_whole_cluster_gangs_bound_at_two() -> None:
+    # Two 2-GPU jobs of 100 s on 2 GPUs from time 0: whatever the order or sharing, the last
+    # one ends at 200 s, rho 2 (contention max(1, 2/2) = 1).
+    jobs = [make_spec(0, gang=2, epochs=1, bs=10, samples=1000), make_spec(1, gang=2, epochs=1,
+                                                                          bs=10, samples=1000)]
+    assert worst_rho_bound(jobs, gpus=2) == pytest.approx(2.0, abs=0.015)
+    assert not fluid_feasible(jobs, 2, 1.9)
+    assert avg_jct_bound(jobs) == pytest.approx(100.0)
+
+
+def test_jobs_that_fit_together_bound_at_one() -> None:
+    jobs = [make_spec(k, gang=1, epochs=1, bs=10, samples=500, arrival=7.0 * k) for k in range(3)]
+    assert worst_rho_bound(jobs, gpus=4) == pytest.approx(1.0, abs=0.005)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_policy_beats_the_bounds(seed: int) -> None:
+    jobs = generate(GeneratorConfig(jobs=14, seed=seed, jobs_per_hour=12.0, max_exclusive_hours=0.5))
+    bound = worst_rho_bound(jobs, gpus=8, slot_s=20.0)
+    floor = avg_jct_bound(jobs)
+    for policy in ("fifo", "max_min_fairness", "shockwave"):
+        metrics = simulate(jobs, policy, SimConfig(gpus=8, settings=PolicySettings(round_s=60.0))).metrics
+        assert metrics.worst_rho >= bound - 1e-6, policy
+        assert metrics.avg_jct_s >= floor - 1e-6, policy

@@ -1,0 +1,83 @@
+"""The Lightning callback (`shockslurm.train.lightning`): a tiny model on CPU, stopped by SIGUSR1
+mid-epoch, checkpoints, exits 0, resumes and ends bit-identical to an uninterrupted run; Lightning's
+SLURM auto-requeue is turned off and does not take SIGUSR1."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")        # CI installs both (tests/run.sh): never skipped
+pl = pytest.importorskip("lightning.pytorch")
+
+from shockslurm.train.checkpoint import read_checkpoint  # noqa: E402
+from shockslurm.train.lightning import ShockwaveCallback  # noqa: E402
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Dropout(0.3),
+                                       torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.stop_at = stop_at
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        if self.stop_at is not None and self.global_step == self.stop_at:
+            os.kill(os.getpid(), signal.SIGUSR1)          # as Slurm / the daemon sends it
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)]
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(80, 4, generator=g)
+    return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def _fit(ckpt: Path, stop_at: int | None = None) -> tuple[Tiny, ShockwaveCallback]:
+    cb = ShockwaveCallback(ckpt, every_steps=7, every_seconds=None, seed=3, report_interval_s=0.0)
+    model = Tiny(stop_at)
+    data = _data()
+    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
+    trainer = pl.Trainer(max_epochs=3, callbacks=[cb], accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, deterministic=True)
+    try:
+        trainer.fit(model, loader)
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    return model, cb
+
+
+# 10 batches an epoch, 3 epochs. 13: mid-epoch 1, stopped at step 14. 9: the signal comes at
+# epoch 0's last batch, which Lightning has yet to end: the stop is honoured one step later.
+@pytest.mark.parametrize(("signal_at", "stopped_at"), [(13, 14), (9, 11)])
+def test_usr1_mid_training_saves_exits_0_and_resumes_bit_identical(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_at: int, stopped_at: int):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")             # Lightning thinks it runs on Slurm
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")          # not "bash": Slurm manages it
+    monkeypatch.delenv("SHOCKSLURM_SPOOL", raising=False)
+    monkeypatch.setenv("SHOCKSLURM_CONFIG", str(tmp_path / "none.toml"))
+    reference, _ = _fit(tmp_path / "ref")                  # 10 batches x 3 epochs
+    with pytest.raises(SystemExit) as ended:
+        _fit(tmp_path / "run", stop_at=signal_at)
+    assert ended.value.code == 0
+    saved = sorted(p.name for p in (tmp_path / "run").glob("ckpt-*.pt"))
+    assert saved[-1] == f"ckpt-{stopped_at:012d}.pt", saved   # the step the stop was honoured at
+    assert read_checkpoint(tmp_path / "run" / saved[-1])["global_step"] == stopped_at
+    assert not list(tmp_path.rglob("hpc_ckpt_*.ckpt"))     # Lightning's requeue did not run
+    resumed, cb = _fit(tmp_path / "run")
+    assert cb.resumed_from is not None and not cb.should_stop
+    for a, b in zip(reference.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    ref_w = reference.net[0].weight
+    assert not torch.equal(ref_w, Tiny().net[0].weight)    # it did train
