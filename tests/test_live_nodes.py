@@ -181,6 +181,28 @@ def test_a_fragmented_cluster_moves_one_job_and_starts_the_gang_pinned():
     assert c.last_stats.moved == 1 and c.last_stats.pinned == 2
 
 
+def test_a_job_stopped_this_second_is_released_on_its_node_only_in_the_next():
+    """Slurm refuses the credential of a job started again on a node within the second it left
+    it (`live/credentials.py`): the fragmented move above goes to another node and waits for
+    nothing; a job stopped and planned again 0.4 s later on its node waits for the next
+    second before its release."""
+    sleeps: list[float] = []
+    b = NodesBackend(_fragmented())
+    c = SlurmCluster(b, grace_seconds=0, sleep=sleeps.append, churn=NO_CHURN)
+    snap = c.observe(1000.0)
+    c.enact(place_plan(RoundPlan(frozenset({1, 10, 11, 12, 13})), snap), snap)
+    assert b.log[-1][:2] == ("scontrol", "release") and sleeps == []
+
+    b = NodesBackend([on(10, "gpu01", "gpu:1(IDX:0)")])
+    c = SlurmCluster(b, grace_seconds=0, sleep=sleeps.append, churn=NO_CHURN)
+    snap = c.observe(2000.0)
+    c.enact(RoundPlan(frozenset()), snap)                     # stopped: left gpu01 at ~2000.0
+    snap = c.observe(2000.4)
+    c.enact(place_plan(RoundPlan(frozenset({10})), snap), snap)
+    assert b.log[-1] == ("scontrol", "release", "10")
+    assert len(sleeps) == 1 and 0.5 < sleeps[0] <= 0.62, sleeps
+
+
 def test_a_move_the_churn_bounds_forbid_keeps_the_job_and_does_not_start_the_gang():
     """The 1-GPU job started 100 s ago (min run 180 s): it stays where it runs, so the 8-GPU
     job planned on its node is not released (it would wait in Reason=Resources)."""

@@ -38,6 +38,17 @@ def test_restart_overhead_is_charged_on_full_rounds_only() -> None:
     assert _outcome(r0, 1).completion_s == pytest.approx(480.0)
 
 
+def test_an_overhead_as_long_as_the_round_costs_the_round_not_negative_progress() -> None:
+    # 120 s overhead, 120 s rounds: B's restarted full round does no work (it used to go
+    # backwards and crash the forecast with a negative epoch count); FIFO then runs B alone.
+    a = make_spec(0, epochs=2, bs=10, samples=1200, ips=1.0)
+    b = make_spec(1, epochs=2, bs=10, samples=1200, ips=1.0)
+    r = simulate([a, b], "fifo", SimConfig(gpus=1, restart_overhead_s=120.0))
+    assert _outcome(r, 1).completion_s == pytest.approx(600.0)
+    r = simulate([a, b], "shockwave", SimConfig(gpus=1, restart_overhead_s=150.0))
+    assert all(o.completion_s > 0 for o in r.outcomes)
+
+
 def test_arrival_waits_for_the_next_round_boundary() -> None:
     a = make_spec(0, epochs=4, bs=10, samples=1200, ips=1.0)
     b = make_spec(1, epochs=1, bs=10, samples=100, ips=1.0, arrival=30.0)

@@ -68,6 +68,7 @@ from . import stops
 from .acting import (CONTROLLER_DOWN_RE, GRACE_SECONDS, PARTITIONS, STOP_POLL_S,
                      STOP_TIMEOUT_S)
 from .churn import ChurnGuard
+from .credentials import RecentDepartures
 from .idle import SwitchClock, waiting_gpus
 from .events import arrivals_that_fit, completions_with_waiting, pool_layout
 from .layout import Layout, impossible_reason, read_layout, unplaceable_idle_gpu_s
@@ -150,6 +151,7 @@ class SlurmCluster(EnactPhases):
         self._released_at = {}               # jobs this daemon released, still pending
         self._unplaceable_gpu_s = 0.0        # measured by the last observe
         self.switch = SwitchClock()          # switch and waiting idle GPU-seconds
+        self.departures = RecentDepartures() # jobs stopped within the current second
         self._free_gpus = 0                  # free GPUs at the last read (idle sample)
 
     @property

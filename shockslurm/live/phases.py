@@ -18,16 +18,18 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ..errors import ShockslurmError
+from ..errors import InputError, ShockslurmError
 from ..model import RoundPlan, Snapshot
 from . import enact as en
 from . import stops
 from .acting import SlurmActions
 from .churn import ChurnGuard
+from .credentials import RecentDepartures
 from .idle import SwitchClock
 from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .layout import Layout
 from .specs import LiveSpec
+from ..slurm.gres import expand_hostlist
 from ..slurm.types import SlurmJob
 
 log = logging.getLogger("shockslurm.live.cluster")
@@ -78,6 +80,14 @@ class Stopped:
     freed_at: float | None         # wall time their GPUs were seen free (None: no stop)
 
 
+def _node_names(job: SlurmJob) -> tuple[str, ...]:
+    """The nodes a job ran on (empty when Slurm's list cannot be read)."""
+    try:
+        return expand_hostlist(job.node_list) if job.node_list else ()
+    except InputError:
+        return ()
+
+
 class EnactPhases(SlurmActions):
     """`enact` for the live cluster (`SlurmCluster` holds the state these phases use)."""
 
@@ -92,6 +102,7 @@ class EnactPhases(SlurmActions):
     max_snapshot_age_s: float | None
     observed_at: float
     switch: SwitchClock
+    departures: RecentDepartures
     _planned: frozenset[int]
     _slurm_jobs: list[SlurmJob]
     _ended: list[tuple[LiveJob, SlurmJob | None]]
@@ -302,7 +313,10 @@ class EnactPhases(SlurmActions):
         still = self._wait_stopped(sig.plan.run, set(to_requeue), stats)
         stats.stop_wait_s = self._monotonic() - t0
         self.allowed_running = frozenset(sig.plan.run) | frozenset(still) | frozenset(e.hold)
-        return Stopped(to_requeue, still, self._wall(snapshot, t0 + stats.stop_wait_s))
+        freed_at = self._wall(snapshot, t0 + stats.stop_wait_s)
+        self.departures.left({j.job_id: _node_names(j) for j in prep.ours
+                              if j.job_id in to_requeue and j.job_id not in still}, freed_at)
+        return Stopped(to_requeue, still, freed_at)
 
     def _wall(self, snapshot: Snapshot, t_mono: float) -> float:
         """The wall time of monotonic `t_mono`, on the round's clock."""
@@ -311,8 +325,11 @@ class EnactPhases(SlurmActions):
     # ------------------------------------------------------------------ phase 5
     def _start(self, sig: Signalled, stopped: Stopped, snapshot: Snapshot, t_enact: float,
                stats: EnactStats) -> None:
-        """The updates, then one release; remember when each job was released."""
+        """The updates, then one release (in the second after any of its jobs left a node it
+        may use again: `credentials`); remember when each job was released."""
         for step in en.start_steps(sig.starts):
+            if step.action == "release":
+                self._await_credentials(step.job_ids, sig, snapshot)
             result = self._run(step, stats)
             if step.action == "release" and result.ok:
                 released = snapshot.now + (self._monotonic() - t_enact)
@@ -321,6 +338,15 @@ class EnactPhases(SlurmActions):
         stats.pinned = sum(1 for u in sig.starts.updates if u.nodes)
         stats.started = len(sig.starts.start)
         stats.updates = len(sig.starts.updates)
+
+    def _await_credentials(self, job_ids: Sequence[int], sig: Signalled,
+                           snapshot: Snapshot) -> None:
+        pins = {u.job_id: u.nodes for u in sig.starts.updates if u.nodes}
+        wait = self.departures.wait_s(job_ids, pins, self._wall(snapshot, self._monotonic()))
+        if wait > 0:
+            log.info("releasing %s in %.2f s: the second in which they left their nodes must "
+                     "pass (Slurm refuses a credential of that second)", list(job_ids), wait)
+            self._sleep(wait)
 
     def _finish(self, prep: Prepared, sig: Signalled, stopped: Stopped, snapshot: Snapshot,
                 stats: EnactStats) -> None:

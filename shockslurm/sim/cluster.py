@@ -232,9 +232,9 @@ class SimulatedCluster:
             restarted = ((d.job_id not in self._previous or d.job_id in self._moved)
                          and not first_round)
             if restarted and exec_s > self.round_s - FULL_ROUND_SLACK_S and self.restart_overhead_s:
-                factor = (exec_s - self.restart_overhead_s) / exec_s
-                iterations = int(iterations * factor)
-                exec_s -= self.restart_overhead_s
+                lost = min(self.restart_overhead_s, exec_s)   # an overhead >= the round: no work
+                iterations = int(iterations * (exec_s - lost) / exec_s)
+                exec_s -= lost
             job.record_run(iterations, exec_s, d.finish_s)
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:

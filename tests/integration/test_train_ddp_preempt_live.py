@@ -14,6 +14,7 @@ checkpointed past where it resumed, so each life trains.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -104,6 +105,10 @@ def test_ddp_two_ranks_survive_three_preemptions_bit_identical(tmp_path: Path, s
             resumed_at = _newest(ckpt)
             stopped_at.append(resumed_at)
             assert not (tmp_path / "final.pt").exists(), "finished before the stop"
+            # Started again on its node within the second it ended there, the job would fail
+            # at launch (credential revoked: shockslurm/live/credentials.py); the daemon waits
+            # for the next second too
+            time.sleep(math.floor(time.time()) + 1.02 - time.time())
             subprocess.run(["scontrol", "requeue", str(job_id)], check=True, timeout=30)
             # Slurm delays a requeued job's start by about 2 minutes (BeginTime); the daemon's
             # release does not wait that long either
