@@ -59,3 +59,21 @@ def test_writable_outputs_are_written(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "r.json").read_text())["policy"] == "fifo"
     assert any(out.glob("*.png"))
+
+
+
+def test_no_solver_banner_on_stdout(tmp_path):
+    """HiGHS prints a banner on stdout at its first instance unless told not to in time
+    (`market._QuietHighs`); in a fresh process, stdout holds our output only."""
+    import subprocess
+    import sys
+
+    def shockslurm(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "shockslurm.cli.main", *args],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    shockslurm("trace", "generate", "--jobs", "8", "--out", "w.jsonl")
+    stdout = shockslurm("simulate", "--policy", "shockwave", "--gpus", "4", "--trace", "w.jsonl")
+    assert "shockwave" in stdout and "HiGHS" not in stdout, stdout[:400]

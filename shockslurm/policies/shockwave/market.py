@@ -110,6 +110,16 @@ class MarketResult:
 DETERMINISTIC_OPTIONS: dict[str, int | str] = {"threads": 1, "parallel": "off", "random_seed": 0}
 
 
+class _QuietHighs(highspy.Highs):
+    """`highspy.Highs` that never prints HiGHS's banner: output is switched off before the
+    constructor's first log call (`enableCallbacks`), which would print it on stdout once per
+    process (into a daemon's log or a `--json /dev/stdout`)."""
+
+    def enableCallbacks(self) -> None:
+        self.setOptionValue("output_flag", False)
+        super().enableCallbacks()
+
+
 def _run_single_threaded(h: highspy.Highs) -> None:
     """`h.run()` on one thread. HiGHS (1.16) refuses to run (status error, model not set) when
     its process-wide task scheduler was started with another thread count, e.g. by an earlier
@@ -231,8 +241,7 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
             integ[iN + i] = highspy.HighsVarType.kInteger
         lp.integrality_ = integ
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = _QuietHighs()
     left = time_limit_s - (time.perf_counter() - t0)
     if integer:
         left = min(left, mip_time_limit_s)
