@@ -192,3 +192,34 @@ def test_stop_lead_starts_each_round_ahead_of_its_boundary(engine):
     runner, t, polls = _runner(engine, b, event_poll_seconds=0, stop_lead_seconds=100)
     runner.run(max_rounds=2)
     assert t[0] == cs.NOW + ROUND_S / 2 and runner.boundary == cs.NOW + ROUND_S
+
+
+class CheapCheckBackend(Backend):
+    """A backend with the CLI's cheap change check (`active_job_states`), derived here from
+    the fake queue as `squeue -h -p gpu -o '%i %T'` would print it."""
+
+    def active_job_states(self, partitions):
+        self.calls["active_job_states"] += 1
+        if self.down:
+            raise cs.SlurmError("squeue failed", returncode=1)
+        return frozenset((str(j.job_id), j.state.value) for j in self._jobs
+                         if j.partition in partitions and not j.state.finished)
+
+
+def test_with_a_cheap_change_check_an_unchanged_queue_costs_no_full_read(engine):
+    plain = _full_cluster()
+    _runner(engine, plain)[0].run(max_rounds=2)
+    b = CheapCheckBackend(_full_cluster()._jobs)
+    runner, t, polls = _runner(engine, b)
+    runner.run(max_rounds=2)
+    checks = ROUND_S / POLL_S - 1
+    assert len(polls) == checks and b.calls["active_job_states"] == checks
+    # only the first poll after the round reads in full; the other 13 see the same queue
+    assert b.calls["jobs"] == plain.calls["jobs"] - (checks - 1) and runner.early_rounds == 0
+
+
+def test_with_a_cheap_change_check_a_completion_still_starts_the_next_round_early(engine):
+    b = CheapCheckBackend(_full_cluster()._jobs)
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 1))
+    assert runner.run(max_rounds=2) == 2
+    assert t[0] == cs.NOW + 6.0 and runner.early_rounds == 1 and 5 in _released(b)

@@ -152,6 +152,7 @@ class SlurmCluster(EnactPhases):
         self._unplaceable_gpu_s = 0.0        # measured by the last observe
         self.switch = SwitchClock()          # switch and waiting idle GPU-seconds
         self.departures = RecentDepartures() # jobs stopped within the current second
+        self._poll_seen: frozenset[tuple[str, str]] | None = None  # the last poll's jobs
         self._free_gpus = 0                  # free GPUs at the last read (idle sample)
 
     @property
@@ -213,6 +214,7 @@ class SlurmCluster(EnactPhases):
     # ------------------------------------------------------------------ observe
     def observe(self, now: float) -> Snapshot:
         self._observe_started = self._monotonic()
+        self._poll_seen = None                                  # the next poll reads in full
         slurm_jobs = self._squeue()                             # read 1: squeue --json
         self.observed_at = self._monotonic()
         nodes = self._read("sinfo", self.backend.nodes)         # read 2: sinfo --json
@@ -361,6 +363,8 @@ class SlurmCluster(EnactPhases):
         pending and fits the GPUs idle now. One `squeue --json` read, no action; a read that
         fails is "no event". The read is also an idle sample (`idle`)."""
         try:
+            if not self._queue_changed():
+                return False
             jobs = self.backend.jobs()
         except Exception as exc:       # noqa: BLE001 - an outage is the round's to handle
             log.debug("event poll: squeue failed (%s: %s); no event", type(exc).__name__, exc)
@@ -368,6 +372,19 @@ class SlurmCluster(EnactPhases):
         if self._last_now is not None:   # on the rounds' clock
             self._sample_idle(jobs, self._last_now + self._monotonic() - self._observe_started)
         return self._completion_event(jobs) or self._arrival_event(jobs)
+
+    def _queue_changed(self) -> bool:
+        """Whether the active jobs of our partitions changed since the last poll (always after a
+        round), by the backend's cheap text read when it has one (`active_job_states`); the
+        full `squeue --json` read follows only on a change. A foreign job of another partition
+        that frees GPUs on our nodes is seen at the next round."""
+        read = getattr(self.backend, "active_job_states", None)
+        if read is None:
+            return True
+        seen = read(self.partitions)
+        changed = seen != self._poll_seen
+        self._poll_seen = seen
+        return changed
 
     def _completion_event(self, jobs: Sequence[SlurmJob]) -> bool:
         freed, waiting = completions_with_waiting(jobs, self._planned, self._ours, self._never())

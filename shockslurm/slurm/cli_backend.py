@@ -86,6 +86,17 @@ class CliBackend:
         argv = ["squeue", "--json", *SQUEUE_ALL_STATES_24_11]
         return parse_squeue(self._read(argv).stdout)
 
+    def active_job_states(self, partitions: Sequence[str]) -> frozenset[tuple[str, str]]:
+        """(job id, state) of the pending, running and completing jobs of `partitions`: one
+        `squeue -h -p ... -o '%i %T'`, the between-rounds poll's change check. Text output
+        honours the filters that `--json` ignores on 22.05, and costs about a seventh of it
+        (312 jobs: 7 ms against 48 ms, ../shared/slurm/NOTES.md)."""
+        argv = ["squeue", "--noheader", f"--partition={','.join(partitions)}",
+                "--format=%i %T"]
+        lines = self._read(argv).stdout.splitlines()
+        return frozenset(tuple(line.split(None, 1)) for line in lines  # type: ignore[misc]
+                         if len(line.split(None, 1)) == 2)
+
     def nodes(self) -> list[SlurmNode]:
         """Every node, from one `sinfo -N --json` (-N: one record per node and partition in
         23.02+; 22.05 lists nodes either way)."""

@@ -84,3 +84,29 @@ def test_read_resize_release_and_failures(own_jobs):
     assert not bad.ok and bad.returncode != 0
     assert "Invalid job id" in bad.stderr
     assert bad.seconds >= 0 and bad.argv == ("scontrol", "release", "999999")
+
+
+def test_the_cheap_change_check_reads_only_the_partitions_asked(own_jobs):
+    """`active_job_states`: the text read honours -p (22.05's --json ignores it), names each
+    active job of the partitions with its state, and a job that leaves changes the set."""
+    work = tempfile.mkdtemp(prefix="shockslurm-it-")
+    urgent = _sbatch(work, "-p", "urgent", "--job-name=it-urgent")
+    own_jobs.append(urgent)
+    gpu = _sbatch(work, "-p", "gpu", "--gres=gpu:1", "--job-name=it-gpu2")
+    own_jobs.append(gpu)
+    b = CliBackend()
+    deadline = time.monotonic() + 30
+    while (str(urgent), "RUNNING") not in b.active_job_states(["urgent"]):
+        assert time.monotonic() < deadline, b.active_job_states(["urgent"])
+        time.sleep(0.5)
+    in_gpu = dict(b.active_job_states(["gpu"]))
+    assert in_gpu.get(str(gpu)) == "PENDING" and str(urgent) not in in_gpu   # held by the plugin
+    assert str(gpu) in dict(b.active_job_states(["urgent", "gpu"]))
+    before = b.active_job_states(["urgent"])
+    subprocess.run(["scancel", str(urgent)], check=True, timeout=30)
+    deadline = time.monotonic() + 30
+    while (after := b.active_job_states(["urgent"])) and str(urgent) in dict(after) \
+            and dict(after)[str(urgent)] != "COMPLETING":
+        assert time.monotonic() < deadline, after
+        time.sleep(0.5)
+    assert after != before

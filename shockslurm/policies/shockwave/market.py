@@ -117,7 +117,7 @@ class _QuietHighs(highspy.Highs):
 
     def enableCallbacks(self) -> None:
         self.setOptionValue("output_flag", False)
-        super().enableCallbacks()
+        super().enableCallbacks()  # type: ignore[no-untyped-call]
 
 
 def _run_single_threaded(h: highspy.Highs) -> None:
@@ -241,7 +241,7 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
             integ[iN + i] = highspy.HighsVarType.kInteger
         lp.integrality_ = integ
 
-    h = _QuietHighs()
+    h = _QuietHighs()  # type: ignore[no-untyped-call]
     left = time_limit_s - (time.perf_counter() - t0)
     if integer:
         left = min(left, mip_time_limit_s)
