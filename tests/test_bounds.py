@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shockslurm.policies import PolicySettings
-from shockslurm.sim.bounds import avg_jct_bound, fluid_feasible, worst_rho_bound
+from shockslurm.sim.bounds import avg_jct_bound, fluid_feasible, makespan_bound, worst_rho_bound
 from shockslurm.sim.run import SimConfig, simulate
 from shockslurm.workload.generator import GeneratorConfig, generate
 
@@ -20,6 +20,21 @@ def test_two_whole_cluster_gangs_bound_at_two() -> None:
     assert worst_rho_bound(jobs, gpus=2) == pytest.approx(2.0, abs=0.015)
     assert not fluid_feasible(jobs, 2, 1.9)
     assert avg_jct_bound(jobs) == pytest.approx(100.0)
+    assert makespan_bound(jobs, gpus=2) == pytest.approx(200.0)      # the work over 2 GPUs
+
+
+def test_makespan_bound_takes_the_latest_heavy_arrival_and_the_longest_job() -> None:
+    # 100 s jobs: two 4-GPU ones at 0 and four 2-GPU ones at 300 s on 4 GPUs: after 300 s,
+    # 800 GPU-s of work on 4 GPUs ends at 500 s at the earliest; a lone 1-GPU 1000 s job at
+    # 50 s ends at 1050 s at the earliest.
+    early = [make_spec(k, gang=4, epochs=1, bs=10, samples=1000) for k in range(2)]
+    late = [make_spec(2 + k, gang=2, epochs=1, bs=10, samples=1000, arrival=300.0)
+            for k in range(4)]
+    assert makespan_bound(early + late, gpus=4) == pytest.approx(500.0)
+    long = make_spec(9, epochs=10, bs=10, samples=1000, arrival=50.0)
+    assert makespan_bound(early + late + [long], gpus=4) == pytest.approx(1050.0)
+    with pytest.raises(ValueError):
+        makespan_bound([], gpus=4)
 
 
 def test_jobs_that_fit_together_bound_at_one() -> None:
@@ -36,3 +51,4 @@ def test_no_policy_beats_the_bounds(seed: int) -> None:
         metrics = simulate(jobs, policy, SimConfig(gpus=8, settings=PolicySettings(round_s=60.0))).metrics
         assert metrics.worst_rho >= bound - 1e-6, policy
         assert metrics.avg_jct_s >= floor - 1e-6, policy
+        assert metrics.makespan_s >= makespan_bound(jobs, 8) - 1e-6, policy

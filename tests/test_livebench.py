@@ -231,6 +231,7 @@ def test_simulate_only_prints_each_arm_and_the_bounds_without_slurm(tmp_path: Pa
     # no schedule beats the bounds
     assert shock["worst_rho"] >= doc["bounds"]["worst_rho"] - 1e-9
     assert native["avg_jct_s"] >= doc["bounds"]["avg_jct_s"] - 1e-9
+    assert min(native["makespan_s"], shock["makespan_s"]) >= doc["bounds"]["makespan_s"] - 1e-6
     assert "No scheduler does better than" in result.output
     other = CliRunner().invoke(cli, args[:6] + ["12"] + args[7:])     # another seed, another run
     assert json.loads(out.read_text())["bounds"] != doc["bounds"]

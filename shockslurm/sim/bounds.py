@@ -3,6 +3,10 @@ JCT target (is it reachable at all?).
 
 - `avg_jct_bound`: every job runs alone from its arrival, so no average JCT is below the mean
   exclusive run time.
+- `makespan_bound`: no job ends before its arrival plus its exclusive run time, and the work
+  (exclusive run time x gang) of the jobs arriving at or after any time `a` cannot end before
+  `a` plus that work spread over every GPU. The larger of the two, over every arrival `a`,
+  counted from the first arrival (as `sim/metrics.py` counts the makespan).
 - `worst_rho_bound`: the smallest worst rho (`sim/metrics.py`'s static form) of the *fluid*
   relaxation: time in slots of `slot_s`, a job may run any fraction of its gang in a slot (never
   faster than alone), GPUs in a slot never exceed the cluster's. Gangs, nodes, rounds and
@@ -11,7 +15,10 @@ JCT target (is it reachable at all?).
   by bisection on rho; each step is one linear feasibility program (HiGHS through SciPy):
   job j must receive its exclusive run time of service between its arrival and
   `arrival + rho * contention * exclusive`.
-Both are cheap for live-benchmark sizes (tens of jobs); the LP grows with jobs x slots.
+All three hold where a job's exclusive run time is the least it can run: the `profile`
+adaptation mode (the default; `bench live` uses it). In the `reference` mode a batch-size switch
+rounds the epoch in progress up, so a job can finish sooner than its exclusive time: not there.
+They are cheap for live-benchmark sizes (tens of jobs); the LP grows with jobs x slots.
 """
 
 from __future__ import annotations
@@ -33,6 +40,20 @@ def avg_jct_bound(jobs: Sequence[JobSpec]) -> float:
     if not jobs:
         raise ValueError("no jobs")
     return float(np.mean([j.exclusive_runtime_s for j in jobs]))
+
+
+def makespan_bound(jobs: Sequence[JobSpec], gpus: int) -> float:
+    """No schedule's makespan is below this (module docstring)."""
+    if not jobs:
+        raise ValueError("no jobs")
+    if gpus < 1:
+        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    bound = max(j.arrival_s + j.exclusive_runtime_s for j in jobs)
+    work_after = 0.0
+    for j in sorted(jobs, key=lambda j: j.arrival_s, reverse=True):
+        work_after += j.exclusive_runtime_s * j.gang_size
+        bound = max(bound, j.arrival_s + work_after / gpus)
+    return float(bound - min(j.arrival_s for j in jobs))
 
 
 def _contention(jobs: Sequence[JobSpec], gpus: int) -> float:
