@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from shockslurm.forecast import ForecastState, forecast
 from shockslurm.model import JobView
+from shockslurm.slurm.types import JobState
 from shockslurm.store import repository as repo
 from shockslurm.store.models import Job
 
@@ -98,3 +99,69 @@ def assert_view_from_reports(v: JobView, job_id: int, *, epochs: int,
                     observed_batch_sizes=(32,) * int(v.epochs_done), iterations_per_s=spec_ips)
     got, without = forecast(v, ForecastState(job_id)), forecast(blind, ForecastState(0))
     assert got.remaining_s != pytest.approx(without.remaining_s), (got, without)
+
+
+def store_rows(engine: Any, pk: int) -> tuple[list, list]:
+    """A job's throughput samples (time, samples/s, batch size) and batch-size changes (time,
+    old, new) in the store, oldest first."""
+    from shockslurm.store.models import BatchSizeChange, ThroughputSample
+
+    with Session(engine) as s:
+        samples = [(x.time_s, x.samples_per_s, x.batch_size) for x in s.scalars(
+            select(ThroughputSample).where(ThroughputSample.job_pk == pk)
+            .order_by(ThroughputSample.time_s))]
+        changes = [(c.time_s, c.old_batch_size, c.new_batch_size) for c in s.scalars(
+            select(BatchSizeChange).where(BatchSizeChange.job_pk == pk)
+            .order_by(BatchSizeChange.time_s))]
+    return samples, changes
+
+
+class RoundRecorder:
+    """A round observer for a live report test: per round its start and end, the job's view
+    and progress, and the store's rows of it (`pk()`: the job's store key, or None while it
+    has none); `extra(view, changes)`, when given, is recorded as "status"."""
+
+    def __init__(self, engine: Any, cluster: Any, job_id: int, pk: Any, extra: Any = None):
+        self.engine, self.cluster, self.job_id = engine, cluster, job_id
+        self.pk, self.extra = pk, extra
+        self.rounds: list[dict] = []
+
+    def on_round(self, snapshot: Any, plan: Any, solve_s: float) -> None:
+        live = self.cluster.jobs.get(self.job_id)
+        view = next((v for v in snapshot.jobs if v.job_id == self.job_id), None)
+        pk = self.pk()
+        samples, changes = store_rows(self.engine, pk) if pk is not None else ([], [])
+        self.rounds.append({"start": snapshot.now, "end": time.time(), "view": view,
+                            "progress": live.progress if live is not None else None,
+                            "samples": samples, "changes": changes,
+                            "status": self.extra(view, changes) if self.extra else None})
+
+    def report_waits(self, samples: list, changes: list) -> list[float]:
+        """Seconds from each report's time to the end of the first round that started after
+        it (asserting that round already had it in the store): a report's way to the store."""
+        def wait(when_written: float, present: Any) -> float:
+            later = [r for r in self.rounds if r["start"] >= when_written]
+            assert later, (when_written, [r["start"] for r in self.rounds])
+            assert present(later[0]), (when_written, later[0])
+            return later[0]["end"] - when_written
+
+        waits = [wait(t, lambda r, t=t: any(c[0] == t for c in r["changes"]))
+                 for t, _, _ in changes]
+        return waits + [wait(t, lambda r, t=t: any(x[0] == t for x in r["samples"]))
+                        for t, _, _ in samples if any(r["start"] >= t for r in self.rounds)]
+
+
+def run_to_completion(daemon: Any, backend: Any, job_id: int, log_dir: Path, log_glob: str,
+                      timeout_s: float, lines: list[str]) -> str:
+    """Run an in-process daemon until job `job_id` has come and gone, take in what it reported
+    after the last round, assert Slurm says COMPLETED; returns the job's output file's text
+    (`log_dir`/`log_glob`). `lines`: the daemon's emitted log, printed."""
+    run_until_gone(daemon, job_id, timeout_s)
+    daemon.progress.ingest()      # what the job reported after the last round
+    state = {j.job_id: j.state for j in backend.jobs()}.get(job_id)
+    [log] = log_dir.glob(log_glob)
+    output = log.read_text()
+    print("\n".join(lines))
+    assert state is JobState.COMPLETED, \
+        f"{state}\n" + "\n".join(lines) + output[-3000:]
+    return output

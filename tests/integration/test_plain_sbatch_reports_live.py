@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,13 @@ from sqlalchemy.orm import Session
 
 from shockslurm.daemon import build_daemon, load_config
 from shockslurm.slurm.cli_backend import CliBackend
-from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store import repository as repo
 from shockslurm.store.models import Job
 
-from .helpers import run_until_gone
+from .helpers import RoundRecorder, run_to_completion, store_rows
 from .test_reports_default_live import (EPOCHS, EXAMPLE, REPORT_S, STEP_SLEEP_S, TIMEOUT_S,
-                                        _store_rows, _submitter_env)
+                                        _submitter_env)
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
 
@@ -74,27 +72,11 @@ def test_plain_sbatch_job_reports_reach_the_store_and_the_daemons_view(tmp_path:
         lines: list[str] = []
         daemon = build_daemon(cfg, backend, engine=engine,
                               job_filter=lambda j: j.job_id == train_id, emit=lines.append)
-        cluster = daemon.cluster
-        rounds: list[dict] = []
-
-        class Recorder:
-            def on_round(self, snapshot, plan, solve_s):
-                live = cluster.jobs.get(train_id)
-                view = next((v for v in snapshot.jobs if v.job_id == train_id), None)
-                pk = _pk(engine, train_id)
-                samples, changes = _store_rows(engine, pk) if pk else ([], [])
-                rounds.append({"start": snapshot.now, "end": time.time(), "view": view,
-                               "progress": live.progress if live is not None else None,
-                               "samples": samples, "changes": changes})
-
-        daemon.loop.observers.append(Recorder())
-        run_until_gone(daemon, train_id, TIMEOUT_S)
-        daemon.progress.ingest()      # what the job reported after the last round
-        state = {j.job_id: j.state for j in backend.jobs()}.get(train_id)
-        [log] = tmp_path.glob(f"shockps-train-{train_id}.out")
-        output = log.read_text()
-        print("\n".join(lines))
-        assert state is JobState.COMPLETED, f"{state}\n" + "\n".join(lines) + output[-3000:]
+        recorder = RoundRecorder(engine, daemon.cluster, train_id, lambda: _pk(engine, train_id))
+        daemon.loop.observers.append(recorder)
+        rounds = recorder.rounds
+        run_to_completion(daemon, backend, train_id, tmp_path, f"shockps-train-{train_id}.out",
+                          TIMEOUT_S, lines)
         assert not list((tmp_path / "spool.rejected").glob("*.reason")), \
             [p.read_text() for p in (tmp_path / "spool.rejected").glob("*.reason")]
 
@@ -103,19 +85,11 @@ def test_plain_sbatch_job_reports_reach_the_store_and_the_daemons_view(tmp_path:
         with Session(engine) as s:
             job = s.get(Job, pk)
             assert job.report_key is None and job.owner      # registered by the daemon
-        samples, changes = _store_rows(engine, pk)
+        samples, changes = store_rows(engine, pk)
         assert [(old, new) for _, old, new in changes] == [(32, 64), (64, 128)], changes
         assert len(samples) >= 3 and {bs for _, _, bs in samples} >= {32, 64}, samples
 
-        def latency(when_written: float, present) -> float:
-            later = [r for r in rounds if r["start"] >= when_written]
-            assert later and present(later[0]), (when_written, later[:1])
-            return later[0]["end"] - when_written
-
-        waits = [latency(t, lambda r, t=t: any(c[0] == t for c in r["changes"]))
-                 for t, _, _ in changes]
-        waits += [latency(t, lambda r, t=t: any(x[0] == t for x in r["samples"]))
-                  for t, _, _ in samples if any(r["start"] >= t for r in rounds)]
+        waits = recorder.report_waits(samples, changes)
         print(f"plain sbatch report -> store: max {max(waits):.2f} s over {len(waits)} reports "
               f"(rounds of {REPORT_S:g} s)")
         assert max(waits) <= 2 * REPORT_S + 1.0, waits

@@ -24,26 +24,21 @@ must be in the store by the end of the first round that starts after it was writ
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shockslurm.cli import status as status_cli
 from shockslurm.daemon import build_daemon, load_config
 from shockslurm.slurm.cli_backend import CliBackend
-from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store.models import BatchSizeChange, ThroughputSample
 
-from .helpers import (assert_view_from_reports, registration_pk, run_until_gone,
-                      shocksub_training)
+from .helpers import (RoundRecorder, assert_view_from_reports, registration_pk,
+                      run_to_completion, shocksub_training, store_rows)
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
 
@@ -67,17 +62,6 @@ def _submitter_env(site_config: Path) -> dict[str, str]:
     assert not set(REPORT_VARS) & set(env)
     env.update(OMP_NUM_THREADS="1", SHOCKSLURM_CONFIG=str(site_config))
     return env
-
-
-def _store_rows(engine, pk: int) -> tuple[list, list]:
-    with Session(engine) as s:
-        samples = [(x.time_s, x.samples_per_s, x.batch_size) for x in s.scalars(
-            select(ThroughputSample).where(ThroughputSample.job_pk == pk)
-            .order_by(ThroughputSample.time_s))]
-        changes = [(c.time_s, c.old_batch_size, c.new_batch_size) for c in s.scalars(
-            select(BatchSizeChange).where(BatchSizeChange.job_pk == pk)
-            .order_by(BatchSizeChange.time_s))]
-    return samples, changes
 
 
 def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_path: Path,
@@ -114,49 +98,26 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         lines: list[str] = []
         daemon = build_daemon(cfg, backend, engine=engine,
                               job_filter=lambda j: j.job_id == train_id, emit=lines.append)
-        cluster = daemon.cluster
-        rounds: list[dict] = []     # per round: its start, end, the view and the store's rows
-
-        class Recorder:
-            def on_round(self, snapshot, plan, solve_s):
-                live = cluster.jobs.get(train_id)
-                view = next((v for v in snapshot.jobs if v.job_id == train_id), None)
-                samples, changes = _store_rows(engine, pk)
-                rounds.append({"start": snapshot.now, "end": time.time(), "view": view,
-                               "progress": live.progress if live is not None else None,
-                               "samples": samples, "changes": changes,
-                               "status": status_cli.collect(backend.jobs(), db, cfg.cluster)[0]
-                               if changes and view is not None else None})
-
-        daemon.loop.observers.append(Recorder())
-        run_until_gone(daemon, train_id, TIMEOUT_S)
-        daemon.progress.ingest()      # what the job reported after the last round
-        state = {j.job_id: j.state for j in backend.jobs()}.get(train_id)
-        [log] = tmp_path.glob(f"shockrd-train-{train_id}.out")
-        output = log.read_text()
-        print("\n".join(lines))
-        assert state is JobState.COMPLETED, f"{state}\n" + "\n".join(lines) + output[-3000:]
+        recorder = RoundRecorder(
+            engine, daemon.cluster, train_id, lambda: pk,
+            lambda view, changes: status_cli.collect(backend.jobs(), db, cfg.cluster)[0]
+            if changes and view is not None else None)
+        daemon.loop.observers.append(recorder)
+        rounds = recorder.rounds     # per round: its start, end, the view and the store's rows
+        output = run_to_completion(daemon, backend, train_id, tmp_path,
+                                   f"shockrd-train-{train_id}.out", TIMEOUT_S, lines)
         # the job could report: it said nothing about its reports
         assert "progress reports go" not in output, output[-3000:]
 
         # (1) the store has the job's throughput and both batch-size changes
-        samples, changes = _store_rows(engine, pk)
+        samples, changes = store_rows(engine, pk)
         assert [(old, new) for _, old, new in changes] == [(32, 64), (64, 128)], changes
         assert len(samples) >= 3 and all(rate > 0 for _, rate, _ in samples), samples
         assert {bs for _, _, bs in samples} >= {32, 64}, samples
 
         # ... each within one report interval: in the store by the end of the first round that
         # started after the job wrote it
-        def latency(when_written: float, present) -> float:
-            later = [r for r in rounds if r["start"] >= when_written]
-            assert later, (when_written, [r["start"] for r in rounds])
-            assert present(later[0]), (when_written, later[0])
-            return later[0]["end"] - when_written
-
-        waits = [latency(t, lambda r, t=t: any(c[0] == t for c in r["changes"]))
-                 for t, _, _ in changes]
-        waits += [latency(t, lambda r, t=t: any(x[0] == t for x in r["samples"]))
-                  for t, _, _ in samples if any(r["start"] >= t for r in rounds)]
+        waits = recorder.report_waits(samples, changes)
         print(f"report -> store: max {max(waits):.2f} s over {len(waits)} reports "
               f"(rounds of {REPORT_S:g} s)")
         assert max(waits) <= 2 * REPORT_S + 1.0, waits   # at most one round's wait + its work
