@@ -360,8 +360,9 @@ class SlurmCluster(EnactPhases):
         """True when a round now would fill idle GPUs (`live.events`): a job of the last enacted
         plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
         holds them) while a job of ours outside the plan is pending, or a new job of ours is
-        pending and fits the GPUs idle now. One `squeue --json` read, no action; a read that
-        fails is "no event". The read is also an idle sample (`idle`)."""
+        pending and fits the GPUs idle now. A light read of our partitions (`_queue_changed`),
+        then one `squeue --json` only when it changed; no action; a read that fails is "no
+        event". The full read is also an idle sample (`idle`)."""
         try:
             if not self._queue_changed():
                 return False
