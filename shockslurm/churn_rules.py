@@ -9,6 +9,11 @@ jobs the daemon would keep (pure).
 - `bound_run`: keeping jobs running leaves fewer GPUs for the plan's starts: planned jobs that do
   not hold GPUs are dropped, lowest priority first (the latest first in `order`), until what
   runs fits the capacity. Running planned jobs are never dropped.
+- `idle_stops`: a running job the plan stops is kept where it runs when no job of the round
+  takes its GPUs (its successor was dropped above, or does not fit the nodes): the stop would
+  cost it a restart and leave its GPUs idle until the next round. Measured live before this
+  rule: stops whose GPUs then idled a whole round made the longest switches (15.5 s, against a
+  median of 2.6 s).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
+from .model import NodeShares
+from .placement import fit_on_nodes
 from .policies import PolicySettings
 
 MIN_RUN_ROUNDS = 1.5
@@ -80,3 +87,13 @@ def bound_run(run: Collection[int], running: Collection[int], keep: Collection[i
         else:
             dropped.append(j)
     return frozenset(out - set(dropped)), tuple(sorted(dropped))
+
+
+def idle_stops(stopping: Sequence[int], where: Mapping[int, NodeShares],
+               free: Mapping[str, int]) -> tuple[int, ...]:
+    """The jobs of `stopping` (in that order) that can keep running where they run (`where`)
+    in the GPUs left `free` per node once every job of the round has its own; each job kept
+    takes its GPUs before the next is tried. A job without a known place is not kept."""
+    placed = [j for j in stopping if where.get(j)]
+    misfit = set(fit_on_nodes(placed, where, free))
+    return tuple(j for j in placed if j not in misfit)

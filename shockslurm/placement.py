@@ -334,3 +334,22 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
         if getattr(result, key):
             info[key] = list(getattr(result, key))
     return RoundPlan(result.jobs, info, dict(result.shares))
+
+
+def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
+                 free: Mapping[str, int]) -> tuple[int, ...]:
+    """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,
+    given `free` GPUs per node once the jobs that keep running are counted; a job that fits
+    takes its GPUs before the next is tried. Jobs without a placement are not judged."""
+    left = dict(free)
+    dropped = []
+    for job_id in starts:
+        shares = placement.get(job_id)
+        if not shares:
+            continue
+        if all(left.get(n, 0) >= g for n, g in shares):
+            for n, g in shares:
+                left[n] -= g
+        else:
+            dropped.append(job_id)
+    return tuple(dropped)

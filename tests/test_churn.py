@@ -294,3 +294,13 @@ def test_a_job_about_to_finish_is_not_stopped():
     assert keep_reason(job, StopHistory(), limits, NOW, remaining_s=None) is None
     off = replace(limits, finish_window_seconds=0)
     assert keep_reason(job, StopHistory(), off, NOW, remaining_s=1.0) is None
+
+
+def test_idle_stops_keep_what_fits_in_order_and_only_where_it_runs():
+    from shockslurm.churn_rules import idle_stops
+    where = {1: (("a", 4),), 2: (("a", 4),), 3: (("b", 8),), 4: (("a", 2), ("b", 2))}
+    # 6 GPUs free on a: job 1 keeps its 4, then job 2 no longer fits; b has room for none
+    assert idle_stops([1, 2, 3], where, {"a": 6, "b": 2}) == (1,)
+    assert idle_stops([2, 1, 3], where, {"a": 8, "b": 8}) == (2, 1, 3)
+    assert idle_stops([4], where, {"a": 2, "b": 1}) == ()            # a gang needs every node
+    assert idle_stops([5], where, {"a": 8}) == ()                     # nowhere known: stopped

@@ -193,14 +193,36 @@ def test_a_job_stopped_this_second_is_released_on_its_node_only_in_the_next():
     c.enact(place_plan(RoundPlan(frozenset({1, 10, 11, 12, 13})), snap), snap)
     assert b.log[-1][:2] == ("scontrol", "release") and sleeps == []
 
-    b = NodesBackend([on(10, "gpu01", "gpu:1(IDX:0)")])
+    one_node = [SlurmNode("gpu01", "mixed", 8, 0, ("gpu",))]
+    b = NodesBackend([on(10, "gpu01", "gpu:8(IDX:0-7)", gpus=8), job(11, gpus=8)], one_node)
     c = SlurmCluster(b, grace_seconds=0, sleep=sleeps.append, churn=NO_CHURN)
     snap = c.observe(2000.0)
-    c.enact(RoundPlan(frozenset()), snap)                     # stopped: left gpu01 at ~2000.0
+    c.enact(place_plan(RoundPlan(frozenset({11})), snap), snap)   # 10 left gpu01 at ~2000.0
+    assert ("scontrol", "requeuehold", "10") in b.log and sleeps == []
     snap = c.observe(2000.4)
     c.enact(place_plan(RoundPlan(frozenset({10})), snap), snap)
     assert b.log[-1] == ("scontrol", "release", "10")
     assert len(sleeps) == 1 and 0.5 < sleeps[0] <= 0.62, sleeps
+
+
+def test_a_stop_whose_gpus_no_start_takes_is_not_made():
+    """Two nodes; job 10 runs on gpu01 for long, job 12 on gpu02 for 5 s; the plan stops both
+    for the 8-GPU jobs 1 (gpu01, submitted last) and 2 (gpu02). The churn bounds keep 12, so
+    only one start fits and job 1 is dropped; job 2's node is held by 12, so it is dropped too.
+    Stopping 10 would leave gpu01 idle for the round: 10 keeps running, nothing is done
+    (before this rule: USR1 and requeuehold of 10, then nothing started)."""
+    two = [SlurmNode(n, "mixed", 8, 0, ("gpu",)) for n in ("gpu01", "gpu02")]
+    b = NodesBackend([replace(on(10, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=0.0),
+                      replace(on(12, "gpu02", "gpu:8(IDX:0-7)", gpus=8), start_time=995.0),
+                      replace(job(1, gpus=8), submit_time=1100.0), job(2, gpus=8)], two)
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, round_s=120)
+    snap = c.observe(1000.0)
+    plan = place_plan(RoundPlan(frozenset({1, 2})), snap)
+    assert plan.placement[1] == (("gpu01", 8),) and plan.placement[2] == (("gpu02", 8),)
+    c.enact(plan, snap)
+    assert b.log == []
+    assert c.last_stats.kept == {12: "min_run", 10: "idle"} and c.last_stats.dropped == (1, 2)
+    assert c.allowed_running >= {10, 12}
 
 
 def test_a_move_the_churn_bounds_forbid_keeps_the_job_and_does_not_start_the_gang():

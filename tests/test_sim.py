@@ -266,3 +266,22 @@ def test_live_like_rounds_keep_the_jobs_the_daemons_churn_bounds_keep(samples_a:
         cluster.enact(RoundPlan(frozenset({0})), cluster.observe(60.0))
     cluster.enact(RoundPlan(frozenset({1})), cluster.observe(ask))
     assert {d.job_id for d in cluster._running} == ({0} if kept else {1})
+
+
+def test_live_like_rounds_keep_a_job_whose_gpus_no_start_takes() -> None:
+    """As the daemon does (`churn_rules.idle_stops`): on 2 GPUs, A has run 180 s, C 60 s
+    (younger than the 90 s minimum run); the plan stops both for the 2-GPU job B. The churn
+    bounds keep C, so B does not fit and waits; A's GPU would idle: A keeps running."""
+    from shockslurm.churn_rules import ChurnLimits
+    from shockslurm.placement import place_plan
+    from shockslurm.sim.cluster import SimulatedCluster
+
+    a = make_spec(0, epochs=10, bs=10, samples=1000, ips=1.0)
+    c = make_spec(1, epochs=10, bs=10, samples=1000, ips=1.0, arrival=100.0)
+    b = make_spec(2, gang=2, epochs=10, bs=10, samples=1000, ips=1.0, arrival=100.0)
+    cluster = SimulatedCluster(2, [a, c, b], round_s=60.0, restart_overhead_s=0.0,
+                               fill_on_completion=True, churn=ChurnLimits.for_round(60.0))
+    for now, run in ((0.0, {0}), (60.0, {0}), (120.0, {0, 1}), (180.0, {2})):
+        snap = cluster.observe(now)
+        cluster.enact(place_plan(RoundPlan(frozenset(run)), snap), snap)
+    assert {d.job_id for d in cluster._running} == {0, 1}

@@ -70,11 +70,11 @@ from .acting import (CONTROLLER_DOWN_RE, GRACE_SECONDS, PARTITIONS, STOP_POLL_S,
 from .churn import ChurnGuard
 from .credentials import RecentDepartures
 from .idle import SwitchClock, waiting_gpus
-from .events import arrivals_that_fit, completions_with_waiting, pool_layout
 from .layout import Layout, impossible_reason, read_layout, unplaceable_idle_gpu_s
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, StopHistorySource,
                          StopLedger)
-from .phases import EnactPhases, StaleSnapshot
+from .phases import StaleSnapshot  # noqa: F401 (re-exported)
+from .polling import EventPolling
 from .progress_source import ProgressSource, RunTimeProgress, job_view
 from .specs import (DEFAULT_EPOCH_SECONDS, DEFAULT_SPEC, BadSpec, LiveSpec, SpecRegistry,
                     epoch_seconds, has_spec, job_spec)
@@ -87,7 +87,7 @@ __all__ = ["SlurmCluster", "StaleSnapshot", "STOP_POLL_S", "CONTROLLER_DOWN_RE"]
 ACTIVE_STATES = (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
 
 
-class SlurmCluster(EnactPhases):
+class SlurmCluster(EventPolling):
     """`engine.Cluster` on a real Slurm (through a `SlurmBackend`)."""
 
     def __init__(self, backend: SlurmBackend, *, partitions: Sequence[str] = PARTITIONS,
@@ -355,57 +355,6 @@ class SlurmCluster(EnactPhases):
     # ------------------------------------------------------------------ between rounds
     def finished(self) -> bool:
         return self.stop_when_idle and self._idle
-
-    def wants_early_round(self) -> bool:
-        """True when a round now would fill idle GPUs (`live.events`): a job of the last enacted
-        plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
-        holds them) while a job of ours outside the plan is pending, or a new job of ours is
-        pending and fits the GPUs idle now. A light read of our partitions (`_queue_changed`),
-        then one `squeue --json` only when it changed; no action; a read that fails is "no
-        event". The full read is also an idle sample (`idle`)."""
-        try:
-            if not self._queue_changed():
-                return False
-            jobs = self.backend.jobs()
-        except Exception as exc:       # noqa: BLE001 - an outage is the round's to handle
-            log.debug("event poll: squeue failed (%s: %s); no event", type(exc).__name__, exc)
-            return False
-        if self._last_now is not None:   # on the rounds' clock
-            self._sample_idle(jobs, self._last_now + self._monotonic() - self._observe_started)
-        return self._completion_event(jobs) or self._arrival_event(jobs)
-
-    def _queue_changed(self) -> bool:
-        """Whether the active jobs of our partitions changed since the last poll (always after a
-        round), by the backend's cheap text read when it has one (`active_job_states`); the
-        full `squeue --json` read follows only on a change. A foreign job of another partition
-        that frees GPUs on our nodes is seen at the next round."""
-        read = getattr(self.backend, "active_job_states", None)
-        if read is None:
-            return True
-        seen = read(self.partitions)
-        changed = seen != self._poll_seen
-        self._poll_seen = seen
-        return changed
-
-    def _completion_event(self, jobs: Sequence[SlurmJob]) -> bool:
-        freed, waiting = completions_with_waiting(jobs, self._planned, self._ours, self._never())
-        if waiting:
-            log.info("jobs %s finished with %s waiting: starting the next round now", freed,
-                     waiting[:10], extra={"fields": {"event": "early_round", "finished": freed,
-                                                     "waiting": len(waiting)}})
-        return bool(waiting)
-
-    def _arrival_event(self, jobs: Sequence[SlurmJob]) -> bool:
-        pending = [j for j in jobs if j.state is JobState.PENDING and self._ours(j)]
-        if not pending or not self._nodes:
-            return False
-        layout = (read_layout(self._nodes, jobs, self.partitions, self._ours)
-                  or pool_layout(self._capacity(self._nodes, jobs), jobs, self._ours))
-        fits = arrivals_that_fit(layout, pending, self.jobs)
-        if fits:
-            log.info("jobs %s arrived and fit the idle GPUs: starting the next round now",
-                     fits[:10], extra={"fields": {"event": "early_round", "arrived": fits}})
-        return bool(fits)
 
     def next_round_start(self, now: float, round_s: float) -> float:
         return now + round_s

@@ -45,6 +45,7 @@ from typing import Collection, Mapping, Sequence
 
 from ..errors import InputError
 from ..model import NodeShares, RoundPlan
+from ..placement import fit_on_nodes  # noqa: F401 (re-exported)
 from ..slurm.gres import expand_hostlist
 from ..slurm.types import JobState, SlurmJob
 from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401
@@ -205,25 +206,6 @@ def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> 
         if len(names) == asked or (job.gpus_per_job > 0 and len(names) > asked):
             out[job_id] = names
     return out
-
-
-def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
-                 free: Mapping[str, int]) -> tuple[int, ...]:
-    """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,
-    given `free` GPUs per node once the jobs that keep running are counted; a job that fits
-    takes its GPUs before the next is tried. Jobs without a placement are not judged."""
-    left = dict(free)
-    dropped = []
-    for job_id in starts:
-        shares = placement.get(job_id)
-        if not shares:
-            continue
-        if all(left.get(n, 0) >= g for n, g in shares):
-            for n, g in shares:
-                left[n] -= g
-        else:
-            dropped.append(job_id)
-    return tuple(dropped)
 
 
 def stop_steps(e: Enactment) -> list[Step]:

@@ -23,6 +23,7 @@ from ..model import RoundPlan, Snapshot
 from . import enact as en
 from . import stops
 from .acting import SlurmActions
+from ..churn_rules import idle_stops
 from .churn import ChurnGuard
 from .credentials import RecentDepartures
 from .idle import SwitchClock
@@ -30,7 +31,7 @@ from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .layout import Layout
 from .specs import LiveSpec
 from ..slurm.gres import expand_hostlist
-from ..slurm.types import SlurmJob
+from ..slurm.types import JobState, SlurmJob
 
 log = logging.getLogger("shockslurm.live.cluster")
 
@@ -146,6 +147,8 @@ class EnactPhases(SlurmActions):
         moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
         plan = self._fit_nodes(plan, snapshot, ours, moved, stats)
         resumed = self.stops.pending(ours)
+        plan = self._keep_idle_stops(plan, snapshot, ours, moved, set(resumed), remaining,
+                                     stats)
         e = en.diff(plan, ours, pins=pins, moved=moved)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
             e = replace(e, stop=tuple(sorted(set(e.stop) | set(resumed))),
@@ -178,6 +181,34 @@ class EnactPhases(SlurmActions):
         stats.dropped = tuple(sorted(set(stats.dropped) | set(dropped)))
         return replace(plan, run=plan.run - frozenset(dropped),
                        info={**plan.info, "node_dropped": list(dropped)})
+
+    def _keep_idle_stops(self, plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
+                         moved: set[int], resumed: set[int], remaining: Mapping[int, float],
+                         stats: EnactStats) -> RoundPlan:
+        """The plan with the running jobs it stops but whose GPUs no job of the round takes
+        kept where they run (`churn_rules.idle_stops`, the job nearest its end first); stops
+        begun earlier go on."""
+        if not snapshot.nodes:
+            return plan
+        stopping = sorted((j.job_id for j in ours if j.state is JobState.RUNNING
+                           and j.job_id not in plan.run and j.job_id not in resumed
+                           and j.job_id in snapshot.placements),
+                          key=lambda j: (remaining.get(j, float("inf")), j))
+        if not stopping:
+            return plan
+        holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
+        free = Layout(snapshot.nodes, snapshot.placements, snapshot.reserved).free(holding)
+        for j in plan.run - holding:
+            for node, gpus in plan.placement.get(j, ()):
+                free[node] = free.get(node, 0) - gpus
+        kept = idle_stops(stopping, snapshot.placements, free)
+        if not kept:
+            return plan
+        log.info("keeping %s running: no job of this round takes their GPUs", list(kept))
+        stats.kept = {**stats.kept, **dict.fromkeys(kept, "idle")}
+        return replace(plan, run=plan.run | frozenset(kept),
+                       placement={**plan.placement,
+                                  **{j: snapshot.placements[j] for j in kept}})
 
     # ------------------------------------------------------------------ phase 2
     def _journal_round(self, prep: Prepared, snapshot: Snapshot,

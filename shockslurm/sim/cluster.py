@@ -25,7 +25,9 @@ way), and the next round is a normal round from that moment: the jobs still runn
 (their progress so far is kept, and they are not restarted if the next plan keeps them).
 The daemon's churn bounds apply as they do live (`churn`, `churn_rules`: a running job the plan
 would stop keeps running while its current run is younger than 1.5 rounds or it is expected to
-end within half a round; planned starts that no longer fit wait, latest arrival first).
+end within half a round; planned starts that no longer fit wait, latest arrival first), and so
+does its rule for the stops that follow (`churn_rules.idle_stops`: a running job whose GPUs no
+job of the round takes keeps running where it is).
 Restarts are charged as they happen live: a restarted run spends its first
 `restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
 the next round), instead of the reference's full-round-only rule.
@@ -36,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..churn_rules import ChurnLimits, bound_run, early_stop_reason
+from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
 from ..placement import NodeBook, place_plan
 from ..policies import PolicySettings
@@ -115,6 +117,8 @@ class SimulatedCluster:
             plan = self._bounded(plan, now, self.churn)
         if set(plan.placement) != set(plan.run):
             plan = place_plan(plan, snapshot)
+        if self.churn is not None:
+            plan = self._keep_idle_stops(plan, snapshot)
         self._moved = frozenset(j for j in plan.run if j in self._previous
                                 and self._where.get(j) != plan.placement[j])
         for j in plan.run:
@@ -163,6 +167,27 @@ class SimulatedCluster:
         if dropped:
             info["dropped"] = list(dropped)
         return RoundPlan(run, info)
+
+    def _keep_idle_stops(self, plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
+        """The daemon's rule (`churn_rules.idle_stops`): a running job the placed plan stops
+        keeps running where it runs when no job of the round takes its GPUs, the job nearest to
+        its end first."""
+        stopping = sorted((j for j in self._previous if j in self._active
+                           and j not in plan.run and j in self._where),
+                          key=lambda j: (self._active[j].remaining_iterations
+                                         / self._active[j].throughput, j))
+        if not stopping:
+            return plan
+        free = {n.name: n.gpus - snapshot.reserved.get(n.name, 0)
+                for n in snapshot.cluster_nodes}
+        for shares in plan.placement.values():
+            for node, gpus in shares:
+                free[node] = free.get(node, 0) - gpus
+        kept = idle_stops(stopping, self._where, free)
+        if not kept:
+            return plan
+        return RoundPlan(plan.run | frozenset(kept), {**plan.info, "idle_kept": list(kept)},
+                         {**plan.placement, **{j: self._where[j] for j in kept}})
 
     def _restart_s(self, job_id: int) -> float:
         """fill_on_completion: the restart time a run of `job_id` starting now spends first."""

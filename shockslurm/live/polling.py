@@ -1,0 +1,86 @@
+"""`EventPolling`: how the live cluster watches Slurm between rounds for an event that should
+start the next round at once (`live.events`: a completion while jobs of ours wait, an arrival
+that fits the idle GPUs), cheaply: a light `squeue` of our partitions first, the full
+`squeue --json` only when that changed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from .events import arrivals_that_fit, completions_with_waiting, pool_layout
+from .journaling import LiveJob
+from .layout import read_layout
+from .phases import EnactPhases
+from ..slurm.types import JobState, SlurmJob, SlurmNode
+
+log = logging.getLogger("shockslurm.live.cluster")
+
+
+class EventPolling(EnactPhases):
+    """`wants_early_round` for the live cluster (`SlurmCluster` holds the state it reads)."""
+
+    jobs: dict[int, LiveJob]
+    _nodes: list[SlurmNode]
+    _last_now: float | None
+    _poll_seen: frozenset[tuple[str, str]] | None
+
+    def _never(self) -> set[int]:
+        raise NotImplementedError      # SlurmCluster's
+
+    def _capacity(self, nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob]) -> int:
+        raise NotImplementedError      # SlurmCluster's
+
+    def _sample_idle(self, jobs: Sequence[SlurmJob], now: float) -> None:
+        raise NotImplementedError      # SlurmCluster's
+
+    def wants_early_round(self) -> bool:
+        """True when a round now would fill idle GPUs (`live.events`): a job of the last enacted
+        plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
+        holds them) while a job of ours outside the plan is pending, or a new job of ours is
+        pending and fits the GPUs idle now. A light read of our partitions (`_queue_changed`),
+        then one `squeue --json` only when it changed; no action; a read that fails is "no
+        event". The full read is also an idle sample (`idle`)."""
+        try:
+            if not self._queue_changed():
+                return False
+            jobs = self.backend.jobs()
+        except Exception as exc:       # noqa: BLE001 - an outage is the round's to handle
+            log.debug("event poll: squeue failed (%s: %s); no event", type(exc).__name__, exc)
+            return False
+        if self._last_now is not None:   # on the rounds' clock
+            self._sample_idle(jobs, self._last_now + self._monotonic() - self._observe_started)
+        return self._completion_event(jobs) or self._arrival_event(jobs)
+
+    def _queue_changed(self) -> bool:
+        """Whether the active jobs of our partitions changed since the last poll (always after a
+        round), by the backend's cheap text read when it has one (`active_job_states`); the
+        full `squeue --json` read follows only on a change. A foreign job of another partition
+        that frees GPUs on our nodes is seen at the next round."""
+        read = getattr(self.backend, "active_job_states", None)
+        if read is None:
+            return True
+        seen = read(self.partitions)
+        changed = seen != self._poll_seen
+        self._poll_seen = seen
+        return changed
+
+    def _completion_event(self, jobs: Sequence[SlurmJob]) -> bool:
+        freed, waiting = completions_with_waiting(jobs, self._planned, self._ours, self._never())
+        if waiting:
+            log.info("jobs %s finished with %s waiting: starting the next round now", freed,
+                     waiting[:10], extra={"fields": {"event": "early_round", "finished": freed,
+                                                     "waiting": len(waiting)}})
+        return bool(waiting)
+
+    def _arrival_event(self, jobs: Sequence[SlurmJob]) -> bool:
+        pending = [j for j in jobs if j.state is JobState.PENDING and self._ours(j)]
+        if not pending or not self._nodes:
+            return False
+        layout = (read_layout(self._nodes, jobs, self.partitions, self._ours)
+                  or pool_layout(self._capacity(self._nodes, jobs), jobs, self._ours))
+        fits = arrivals_that_fit(layout, pending, self.jobs)
+        if fits:
+            log.info("jobs %s arrived and fit the idle GPUs: starting the next round now",
+                     fits[:10], extra={"fields": {"event": "early_round", "arrived": fits}})
+        return bool(fits)
