@@ -77,13 +77,23 @@ def _sbatch(tmp: Path, body: str) -> int:
     return int(out.stdout.strip().split(";")[0])
 
 
+def _node_of(job_id: int) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%N"], capture_output=True,
+                         text=True, timeout=30).stdout.strip()
+    assert out, f"job {job_id} has no node"
+    return out
+
+
 def _stop_after_start(tmp: Path, body: str) -> tuple[float, float]:
-    """Start a job, stop it with the cluster's stop; (USR1 -> requeuehold sent, USR1 -> the
-    job seen out of RUNNING), seconds."""
+    """Start a job, stop it with the cluster's stop for a successor planned on its node (a
+    stop whose GPUs no job takes is not made: `churn_rules.idle_stops`); (USR1 ->
+    requeuehold sent, USR1 -> the job seen out of RUNNING), seconds."""
     jid = _sbatch(tmp, body)
+    successor = _sbatch(tmp, "sleep 300")
     watcher = Watcher({jid})
     cluster = SlurmCluster(CliBackend(), grace_seconds=GRACE_S, stop_timeout_s=30,
-                           job_filter=lambda j: j.job_id == jid, churn=ChurnLimits(0, 0, 0, 0))
+                           job_filter=lambda j: j.job_id in (jid, successor),
+                           churn=ChurnLimits(0, 0, 0, 0))
     watcher.thread.start()
     try:
         cluster.enact(RoundPlan(run=frozenset({jid})), cluster.observe(time.time()))
@@ -91,18 +101,20 @@ def _stop_after_start(tmp: Path, body: str) -> tuple[float, float]:
         while watcher.first_running_after(jid, 0) is None and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(2.0)        # its trap is set
+        node = _node_of(jid)
         t0 = time.time()
-        cluster.enact(RoundPlan(run=frozenset()), cluster.observe(t0))
+        cluster.enact(RoundPlan(run=frozenset({successor}),
+                                placement={successor: ((node, 8),)}), cluster.observe(t0))
         t_requeue = t0 + cluster.last_stats.grace_wait_s
         time.sleep(1.0)
         left = watcher.left_running_after(jid, t0)
         assert left is not None, f"job {jid} still RUNNING {time.time() - t0:.0f} s after USR1"
         actions = [s.action for s in cluster.last_stats.steps]
-        assert actions == ["signal", "requeuehold"], actions
+        assert actions[:2] == ["signal", "requeuehold"] and "release" in actions, actions
         return t_requeue - t0, left - t0
     finally:
         watcher.stop.set()
-        subprocess.run(["scancel", str(jid)], capture_output=True, timeout=30)
+        subprocess.run(["scancel", str(jid), str(successor)], capture_output=True, timeout=30)
 
 
 @pytest.mark.parametrize("body,bound", [
