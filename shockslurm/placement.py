@@ -336,6 +336,18 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
     return RoundPlan(result.jobs, info, dict(result.shares))
 
 
+def free_after(nodes: Sequence[Node], reserved: Mapping[str, int],
+               placement: Mapping[int, NodeShares]) -> dict[str, int]:
+    """Free GPUs per node once the `reserved` GPUs and every job's shares in `placement` are
+    taken (below 0 where they overfill a node; shares on unknown nodes are ignored)."""
+    free = {n.name: n.gpus - reserved.get(n.name, 0) for n in nodes}
+    for shares in placement.values():
+        for name, gpus in shares:
+            if name in free:
+                free[name] -= gpus
+    return free
+
+
 def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
                  free: Mapping[str, int]) -> tuple[int, ...]:
     """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shockslurm.daemon import DaemonRunner
+from shockslurm.slurm.dryrun import DryRunBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store.leader import FileLeaderLock
 
@@ -223,3 +224,18 @@ def test_with_a_cheap_change_check_a_completion_still_starts_the_next_round_earl
     runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 1))
     assert runner.run(max_rounds=2) == 2
     assert t[0] == cs.NOW + 6.0 and runner.early_rounds == 1 and 5 in _released(b)
+
+
+def test_a_dry_run_over_a_backend_without_the_cheap_check_reads_the_queue_once_per_poll(engine):
+    """A dry run over a backend with no cheap change check (pyslurm) has none either: each
+    poll reads the queue in full once, as the wrapped backend alone would (the dry run's
+    earlier stand-in check read it a second time)."""
+    plain = _full_cluster()
+    _runner(engine, plain)[0].run(max_rounds=2)
+    inner = _full_cluster()
+    dry = DryRunBackend(inner, echo=None)
+    assert dry.active_job_states(["gpu"]) is None and inner.calls["jobs"] == 0
+    runner, t, polls = _runner(engine, dry)          # type: ignore[arg-type]
+    runner.run(max_rounds=2)
+    assert len(polls) == ROUND_S / POLL_S - 1
+    assert inner.calls["jobs"] == plain.calls["jobs"]

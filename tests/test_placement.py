@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape, pool
-from shockslurm.placement import NodeBook, Placement, _place_keeping, place, place_plan
+from shockslurm.placement import (NodeBook, Placement, _place_keeping, free_after, place,
+                                  place_plan)
 
 from .conftest import make_view
 
@@ -270,3 +271,13 @@ def test_a_cluster_with_no_gpus_places_nothing_and_does_not_fail():
     for name in policy_names():             # and the round loop asks no policy to plan it
         plan = allocate(make_policy(name), snap)
         assert place_plan(plan, snap).run == frozenset(), name
+
+
+def test_free_after_counts_reserved_and_every_placed_share():
+    nodes = [Node("a", 8), Node("b", 8), Node("c", 4)]
+    placement = {1: (("a", 4),), 2: (("a", 4), ("b", 2)), 3: (("b", 8),), 4: (("gone", 2),)}
+    free = free_after(nodes, {"c": 1}, placement)
+    # a full, b overfilled (2 + 8 of 8: below zero, so nothing fits there), c less its reserved
+    # GPU, shares on a node the cluster does not have ignored
+    assert free == {"a": 0, "b": -2, "c": 3}
+    assert free_after(nodes, {}, {}) == {"a": 8, "b": 8, "c": 4}

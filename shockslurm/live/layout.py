@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
 from ..model import Node, NodeShares
+from ..placement import free_after
 from ..slurm.gres import gpus_per_allocated_node
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 
@@ -42,14 +43,9 @@ class Layout:
     def free(self, holding: Collection[int] | None = None) -> dict[str, int]:
         """Free GPUs per node once the reserved GPUs and those of our placed jobs (`holding`,
         default all of them) are taken."""
-        out = {n.name: n.gpus - self.reserved.get(n.name, 0) for n in self.nodes}
-        for job_id, shares in self.placements.items():
-            if holding is not None and job_id not in holding:
-                continue
-            for name, gpus in shares:
-                if name in out:
-                    out[name] -= gpus
-        return out
+        placed = {j: shares for j, shares in self.placements.items()
+                  if holding is None or j in holding}
+        return free_after(self.nodes, self.reserved, placed)
 
 
 def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],

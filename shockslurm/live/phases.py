@@ -24,6 +24,7 @@ from . import enact as en
 from . import stops
 from .acting import SlurmActions
 from ..churn_rules import idle_stops
+from ..placement import free_after
 from .churn import ChurnGuard
 from .credentials import RecentDepartures
 from .idle import SwitchClock
@@ -197,10 +198,9 @@ class EnactPhases(SlurmActions):
         if not stopping:
             return plan
         holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
-        free = Layout(snapshot.nodes, snapshot.placements, snapshot.reserved).free(holding)
-        for j in plan.run - holding:
-            for node, gpus in plan.placement.get(j, ()):
-                free[node] = free.get(node, 0) - gpus
+        where = {**{j: plan.placement.get(j, ()) for j in plan.run - holding},
+                 **{j: snapshot.placements[j] for j in holding}}
+        free = free_after(snapshot.nodes, snapshot.reserved, where)
         kept = idle_stops(stopping, snapshot.placements, free)
         if not kept:
             return plan

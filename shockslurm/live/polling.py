@@ -58,9 +58,9 @@ class EventPolling(EnactPhases):
         full `squeue --json` read follows only on a change. A foreign job of another partition
         that frees GPUs on our nodes is seen at the next round."""
         read = getattr(self.backend, "active_job_states", None)
-        if read is None:
+        seen = None if read is None else read(self.partitions)
+        if seen is None:    # no cheap read (pyslurm, or a dry run over it)
             return True
-        seen = read(self.partitions)
         changed = seen != self._poll_seen
         self._poll_seen = seen
         return changed

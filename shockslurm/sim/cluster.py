@@ -40,7 +40,7 @@ from typing import Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
-from ..placement import NodeBook, place_plan
+from ..placement import NodeBook, free_after, place_plan
 from ..policies import PolicySettings
 from .jobs import SimJob
 
@@ -178,11 +178,7 @@ class SimulatedCluster:
                                          / self._active[j].throughput, j))
         if not stopping:
             return plan
-        free = {n.name: n.gpus - snapshot.reserved.get(n.name, 0)
-                for n in snapshot.cluster_nodes}
-        for shares in plan.placement.values():
-            for node, gpus in shares:
-                free[node] = free.get(node, 0) - gpus
+        free = free_after(snapshot.cluster_nodes, snapshot.reserved, plan.placement)
         kept = idle_stops(stopping, self._where, free)
         if not kept:
             return plan

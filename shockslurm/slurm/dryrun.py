@@ -11,7 +11,7 @@ import shlex
 from collections import Counter
 from typing import Callable, Sequence
 
-from .types import CommandResult, JobState, SlurmBackend, SlurmJob, SlurmNode, SlurmVersion
+from .types import CommandResult, SlurmBackend, SlurmJob, SlurmNode, SlurmVersion
 
 
 class DryRunBackend:
@@ -31,15 +31,12 @@ class DryRunBackend:
         self.calls["jobs"] += 1
         return self.inner.jobs()
 
-    def active_job_states(self, partitions: Sequence[str]) -> frozenset[tuple[str, str]]:
-        """The wrapped backend's cheap change check (`CliBackend.active_job_states`)."""
+    def active_job_states(self, partitions: Sequence[str]) -> frozenset[tuple[str, str]] | None:
+        """The wrapped backend's cheap change check (`CliBackend.active_job_states`); None when
+        it has none (pyslurm): the poll then reads the queue in full once, not twice."""
         self.calls["active_job_states"] += 1
         read = getattr(self.inner, "active_job_states", None)
-        if read is None:
-            return frozenset((str(j.job_id), j.state.value) for j in self.inner.jobs()
-                             if set(j.partition.split(",")) & set(partitions)
-                             and (j.state.holds_gpus or j.state is JobState.PENDING))
-        return read(partitions)
+        return None if read is None else frozenset(read(partitions))
 
     def nodes(self) -> list[SlurmNode]:
         self.calls["nodes"] += 1
