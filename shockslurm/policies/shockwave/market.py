@@ -284,7 +284,7 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
     if integer:
         rounds_ = np.round(rounds_)
     else:
-        rounds_ = lp_rounding(rounds_, a, f, inp.gang, inp.gpus * T)
+        rounds_ = lp_rounding(inp, rounds_, f, breakpoints=breakpoints, log_zero=log_zero)
     # never keep rounds the planned progress does not need (the program does not penalise them)
     need = np.ceil(a * f - 1e-6)
     rounds_ = np.minimum(rounds_, np.maximum(need, 0)).astype(int)
@@ -298,18 +298,23 @@ def market_objective(inp: MarketInput, progress: np.ndarray, *, breakpoints: Seq
     """The program's objective in the reference's scale for planned progress `progress` (f_j):
     `sum_j prio_j u_j / (N T) - k L max_j r_j / L`, minus the tail term
     `tail_weight k L sum_j max(0, r_j / L - drain)` when it is on."""
-    n, T = len(inp.gang), inp.rounds
-    if n == 0:
+    if len(inp.gang) == 0:
         return 0.0
+    welfare, left, tail = _objective_terms(inp, progress, breakpoints, log_zero)
+    return (float(np.sum(welfare)) - inp.k_round * max(0.0, float(np.max(left)))
+            - inp.tail_weight * inp.k_round * float(np.sum(tail)))
+
+
+def _objective_terms(inp: MarketInput, progress: np.ndarray, breakpoints: Sequence[float],
+                     log_zero: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: its welfare term `prio_j u_j / (N T)`, its rounds left `r_j / L` after the
+    planned progress, and its rounds beyond the drain (the tail term's part)."""
+    n, T = len(inp.gang), inp.rounds
     bk, vk, sk = segments(breakpoints, log_zero)
     a = np.maximum(inp.full_rounds.astype(float), 1e-9)
     u = np.min(vk[:, None] + sk[:, None] * (inp.frac_done + progress - bk[:, None]), axis=0)
     left = inp.remaining_rounds - a * progress
-    obj = float(np.sum(inp.priority * u)) / (n * T) - inp.k_round * max(0.0, float(np.max(left)))
-    if inp.tail_weight > 0:
-        tail = float(np.sum(np.maximum(0.0, left - inp.drain_rounds)))
-        obj -= inp.tail_weight * inp.k_round * tail
-    return obj
+    return inp.priority * u / (n * T), left, np.maximum(0.0, left - inp.drain_rounds)
 
 
 def placed_objective(inp: MarketInput, progress: np.ndarray, placed_rounds: np.ndarray, *,
@@ -321,18 +326,29 @@ def placed_objective(inp: MarketInput, progress: np.ndarray, placed_rounds: np.n
                             breakpoints=breakpoints, log_zero=log_zero)
 
 
-def lp_rounding(n_lp: np.ndarray, a: np.ndarray, f: np.ndarray, gang: np.ndarray,
-                capacity: int) -> np.ndarray:
+def lp_rounding(inp: MarketInput, n_lp: np.ndarray, f: np.ndarray, *,
+                breakpoints: Sequence[float], log_zero: float) -> np.ndarray:
     """Round an LP solution's rounds to integers within the capacity: round up what the planned
-    progress needs, then take rounds back from the jobs with the most slack until it fits."""
-    n_int: np.ndarray = np.ceil(np.minimum(n_lp, a * f) - 1e-6).clip(min=0)
-    over = float(np.dot(gang, n_int)) - capacity
-    if over > 0:
-        frac = n_int - np.minimum(n_lp, a * f)      # rounding-up excess per job
-        for i in np.argsort(-frac):
-            if over <= 0:
-                break
-            if n_int[i] > 0 and frac[i] > 0:
-                n_int[i] -= 1
-                over -= gang[i]
+    progress needs, then, while over the capacity, take one round back from the rounded-up jobs
+    whose loss to the market's objective (`market_objective`: welfare, makespan and tail terms)
+    per GPU freed is least."""
+    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    used = np.minimum(n_lp, a * f)
+    n_int: np.ndarray = np.ceil(used - 1e-6).clip(min=0)
+    over = float(np.dot(inp.gang, n_int)) - inp.gpus * inp.rounds
+    if over <= 0:
+        return n_int
+    candidates = (n_int > 0) & (n_int - used > 0)
+    less = np.minimum(f, (n_int - 1).clip(min=0) / a)        # progress with one round fewer
+    welfare, left, tail = _objective_terms(inp, f, breakpoints, log_zero)
+    welfare2, left2, tail2 = _objective_terms(inp, less, breakpoints, log_zero)
+    top = float(np.max(left)) if len(left) else 0.0
+    loss = (welfare - welfare2 + inp.k_round * (np.maximum(left2, top) - top)
+            + inp.tail_weight * inp.k_round * (tail2 - tail)) / np.maximum(inp.gang, 1)
+    for i in np.lexsort((np.arange(len(loss)), loss)):
+        if over <= 0:
+            break
+        if candidates[i]:
+            n_int[i] -= 1
+            over -= inp.gang[i]
     return n_int
