@@ -329,9 +329,10 @@ def placed_objective(inp: MarketInput, progress: np.ndarray, placed_rounds: np.n
 def lp_rounding(inp: MarketInput, n_lp: np.ndarray, f: np.ndarray, *,
                 breakpoints: Sequence[float], log_zero: float) -> np.ndarray:
     """Round an LP solution's rounds to integers within the capacity: round up what the planned
-    progress needs, then, while over the capacity, take one round back from the rounded-up jobs
-    whose loss to the market's objective (`market_objective`: welfare, makespan and tail terms)
-    per GPU freed is least."""
+    progress needs; while that is over the capacity, take one round back from each rounded-up
+    job in turn, the job whose loss to the market's objective (`market_objective`: welfare,
+    makespan and tail terms) per GPU freed is least first. One round from each would always be
+    enough: each was rounded up by less than a round, and the LP's rounds fit the capacity."""
     a = np.maximum(inp.full_rounds.astype(float), 1e-9)
     used = np.minimum(n_lp, a * f)
     n_int: np.ndarray = np.ceil(used - 1e-6).clip(min=0)
@@ -342,7 +343,7 @@ def lp_rounding(inp: MarketInput, n_lp: np.ndarray, f: np.ndarray, *,
     less = np.minimum(f, (n_int - 1).clip(min=0) / a)        # progress with one round fewer
     welfare, left, tail = _objective_terms(inp, f, breakpoints, log_zero)
     welfare2, left2, tail2 = _objective_terms(inp, less, breakpoints, log_zero)
-    top = float(np.max(left)) if len(left) else 0.0
+    top = max(0.0, float(np.max(left)))          # the makespan term's max_j r_j / L
     loss = (welfare - welfare2 + inp.k_round * (np.maximum(left2, top) - top)
             + inp.tail_weight * inp.k_round * (tail2 - tail)) / np.maximum(inp.gang, 1)
     for i in np.lexsort((np.arange(len(loss)), loss)):
