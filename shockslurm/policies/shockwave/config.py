@@ -50,7 +50,8 @@ class ShockwaveConfig:
     """Priorities are capped here (the reference has no cap; rho**100 overflows solvers). Capping
     (not rescaling) keeps the trade-off of uncapped jobs against the k term unchanged."""
     tail_weight: float = 1.0
-    """Extension (0 = the reference; 120-job trace: makespan 25,889 s -> 23,887 s): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
+    """Extension (0 = the reference; 120-job trace, measured 2026-11-24: makespan 24,957 s ->
+    24,027 s, 5.8 % -> 4.2 % unfair): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
     makespan term, where drain = the time the whole cluster needs for all remaining work after
     the window. Every job that would outlast the drain is pushed, not only the longest one."""
     fill_order: str = "remaining"
@@ -58,9 +59,10 @@ class ShockwaveConfig:
     or "rho" (highest projected finish-time-fairness ratio first)."""
     tail_drain_factor: float = 1.25
     """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers).
-    Measured on the 120-job trace (reference adaptation mode): 1.0 -> makespan 23,783 s but 6.7 %
-    unfair jobs; 1.25 -> 23,887 s, avg JCT 9,872 s, worst rho 1.20, 4.2 % unfair; 1.3 -> 24,337 s,
-    3.3 %. The outcome is sensitive to this knob (1.35 -> 6.7 % unfair)."""
+    Measured on the 120-job trace (reference adaptation mode, 2026-11-24): 1.0 -> makespan
+    23,628 s, worst rho 1.13, 5.0 % unfair; 1.25 -> 24,027 s, avg JCT 9,880 s, worst rho 1.26,
+    4.2 % unfair; 1.3 -> 24,347 s, 4.2 %. One trace is no ground for a default: the outcome is
+    sensitive to this knob there, and on 24 generated workloads its effect was below the noise."""
     progress_model: str = "forecast"
     """Epoch duration that converts planned rounds into planned epochs. "past": the reference's
     mean duration of the epochs seen so far (dbar). "forecast" (default): the forecast's mean
