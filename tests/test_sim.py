@@ -93,6 +93,21 @@ def test_reference_mode_applies_a_flag_after_the_next_run() -> None:
     assert job.iterations_done == 14 * 196   # ceil(20624 / 1563) = 14 epochs, rounded up
 
 
+def test_reference_mode_a_switch_that_rounds_up_the_last_epoch_ends_the_job() -> None:
+    """The switch counts the epoch in progress as complete; in the last epoch that leaves no
+    work, and the job ends with that run. (It used to stay active with no work left: a market
+    that saw it done planned no round for it, and the fill served it last; at 2000/512 seed 2
+    such a job waited 16,000 s for a zero-work round, worst rho 4.15.)"""
+    spec = make_spec(epochs=92, bs=32, samples=50000, mode="accordion",
+                     throughput={32: 42.97497938, 256: 6.31952281})
+    job = SimJob(spec, adaptation="reference")
+    job.iterations_done = job.total_iterations - 100      # inside the last epoch
+    job.pending_bs = 256
+    job.record_run(50, 1.2, 480)                          # 50 iterations still to go ...
+    assert job.batch_size == 256 and job.remaining_iterations <= 0
+    assert job.done and job.completion_s == 480          # ... but the rounded-up epoch ends it
+
+
 class _Invariants:
     """Checks every round: capacity, whole gangs, and (optionally) work conservation."""
 

@@ -83,6 +83,8 @@ class SimJob:
             if self.pending_bs is not None:
                 self._switch(self.pending_bs, end_s, keep_partial=False)
                 self.pending_bs = None
+                if self.remaining_iterations <= 0:   # the switch's rounding-up ended the job
+                    self.completion_s = end_s
         else:
             epoch = min(int(self.epochs_done), self.spec.num_epochs - 1)
             wanted = self.spec.batch_sizes[epoch]
