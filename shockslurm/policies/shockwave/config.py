@@ -51,7 +51,7 @@ class ShockwaveConfig:
     (not rescaling) keeps the trade-off of uncapped jobs against the k term unchanged."""
     tail_weight: float = 1.0
     """Extension (0 = the reference; 120-job trace, measured 2026-11-24: makespan 24,957 s ->
-    24,027 s, 5.8 % -> 4.2 % unfair): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
+    23,767 s, 5.8 % -> 5.0 % unfair): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
     makespan term, where drain = the time the whole cluster needs for all remaining work after
     the window. Every job that would outlast the drain is pushed, not only the longest one."""
     fill_order: str = "remaining"
@@ -60,8 +60,8 @@ class ShockwaveConfig:
     tail_drain_factor: float = 1.25
     """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers).
     Measured on the 120-job trace (reference adaptation mode, 2026-11-24): 1.0 -> makespan
-    23,628 s, worst rho 1.13, 5.0 % unfair; 1.25 -> 24,027 s, avg JCT 9,880 s, worst rho 1.26,
-    4.2 % unfair; 1.3 -> 24,347 s, 4.2 %. One trace is no ground for a default: the outcome is
+    23,663 s, worst rho 1.13, 5.0 % unfair; 1.25 -> 23,767 s, avg JCT 9,830 s, worst rho 1.26,
+    5.0 % unfair; 1.3 -> 24,347 s, 4.2 %. One trace is no ground for a default: the outcome is
     sensitive to this knob there, and on 24 generated workloads its effect was below the noise."""
     progress_model: str = "forecast"
     """Epoch duration that converts planned rounds into planned epochs. "past": the reference's
@@ -76,7 +76,7 @@ class ShockwaveConfig:
     """Above this many jobs the LP relaxation is solved and rounded (`market.lp_rounding`: what
     the planned progress needs, rounded up, then rounds taken back where the objective loses
     least per GPU). On the 120-job trace, LP plus rounding end to end gives makespan 23,987 s,
-    avg JCT 9,973 s, worst rho 1.20 (the integer program: 24,027 s, 9,880 s, 1.26)."""
+    avg JCT 9,945 s, worst rho 1.20 (the integer program: 23,767 s, 9,830 s, 1.26)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):   # values from TOML or the command line: check each type
