@@ -91,6 +91,12 @@ class MarketInput:
     tail_weight: float = 0.0  # weight (relative to M) of sum_j max(0, r_j/L - drain)
     drain_rounds: float = 0.0  # rounds the cluster needs after the window for all remaining work
 
+    @property
+    def rounds_per_job(self) -> np.ndarray:
+        """`a_j` as the program uses it: `full_rounds` kept away from 0 (it divides)."""
+        a: np.ndarray = np.maximum(self.full_rounds.astype(float), 1e-9)
+        return a
+
 
 @dataclass
 class MarketResult:
@@ -179,7 +185,7 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
     if time_limit_s <= 0:
         return MarketResult("no-solution", None, None, float("nan"), 0.0)
     T = inp.rounds
-    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    a = inp.rounds_per_job
     f_hi = np.clip(1.0 - inp.frac_done, 0.0, 1.0)
     f_lo = np.minimum(np.maximum(inp.f_lower, 0.0), f_hi)
     nmax = np.minimum(np.ceil(a * f_hi - 1e-9), T).astype(float)
@@ -311,7 +317,7 @@ def _objective_terms(inp: MarketInput, progress: np.ndarray, breakpoints: Sequen
     planned progress, and its rounds beyond the drain (the tail term's part)."""
     n, T = len(inp.gang), inp.rounds
     bk, vk, sk = segments(breakpoints, log_zero)
-    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    a = inp.rounds_per_job
     u = np.min(vk[:, None] + sk[:, None] * (inp.frac_done + progress - bk[:, None]), axis=0)
     left = inp.remaining_rounds - a * progress
     return inp.priority * u / (n * T), left, np.maximum(0.0, left - inp.drain_rounds)
@@ -321,7 +327,7 @@ def placed_objective(inp: MarketInput, progress: np.ndarray, placed_rounds: np.n
                      breakpoints: Sequence[float], log_zero: float) -> float:
     """`market_objective` of the plan as laid out: each job's planned progress cut to what the
     rounds it was given (`placed_rounds`, e.g. after `planner.pack`) allow."""
-    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    a = inp.rounds_per_job
     return market_objective(inp, np.minimum(progress, placed_rounds / a),
                             breakpoints=breakpoints, log_zero=log_zero)
 
@@ -333,7 +339,7 @@ def lp_rounding(inp: MarketInput, n_lp: np.ndarray, f: np.ndarray, *,
     job in turn, the job whose loss to the market's objective (`market_objective`: welfare,
     makespan and tail terms) per GPU freed is least first. One round from each would always be
     enough: each was rounded up by less than a round, and the LP's rounds fit the capacity."""
-    a = np.maximum(inp.full_rounds.astype(float), 1e-9)
+    a = inp.rounds_per_job
     used = np.minimum(n_lp, a * f)
     n_int: np.ndarray = np.ceil(used - 1e-6).clip(min=0)
     over = float(np.dot(inp.gang, n_int)) - inp.gpus * inp.rounds
@@ -346,7 +352,7 @@ def lp_rounding(inp: MarketInput, n_lp: np.ndarray, f: np.ndarray, *,
     top = max(0.0, float(np.max(left)))          # the makespan term's max_j r_j / L
     loss = (welfare - welfare2 + inp.k_round * (np.maximum(left2, top) - top)
             + inp.tail_weight * inp.k_round * (tail2 - tail)) / np.maximum(inp.gang, 1)
-    for i in np.lexsort((np.arange(len(loss)), loss)):
+    for i in np.argsort(loss, kind="stable"):   # ties: the lower index first
         if over <= 0:
             break
         if candidates[i]:
