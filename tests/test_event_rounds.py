@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from shockslurm.daemon import DaemonRunner
 from shockslurm.slurm.dryrun import DryRunBackend
-from shockslurm.slurm.types import JobState
+from shockslurm.slurm.types import JobState, SlurmNode
 from shockslurm.store.leader import FileLeaderLock
 
 from . import test_crash_safety as cs
@@ -239,3 +239,55 @@ def test_a_dry_run_over_a_backend_without_the_cheap_check_reads_the_queue_once_p
     runner.run(max_rounds=2)
     assert len(polls) == ROUND_S / POLL_S - 1
     assert inner.calls["jobs"] == plain.calls["jobs"]
+
+
+class SharedNodesBackend(CheapCheckBackend):
+    """The cheap-check backend whose nodes are also in partition `urgent` (as on the test
+    cluster), where a job the daemon does not schedule holds 8 of the 32 GPUs."""
+
+    def nodes(self):
+        self.calls["nodes"] += 1
+        return [SlurmNode(f"gpu0{i}", "idle", 8, 0, ("gpu", "urgent")) for i in range(1, 5)]
+
+
+def _shared_cluster() -> SharedNodesBackend:
+    """Three of our 8-GPU jobs and another partition's 8-GPU job fill the 32 GPUs; our job 5
+    waits."""
+    foreign = replace(running(9), partition="urgent", comment="plain user job")
+    return SharedNodesBackend([running(1), running(2), running(3), foreign, job(5, gpus=8)])
+
+
+def test_gpus_freed_by_a_job_we_do_not_schedule_start_the_next_round_early(engine):
+    b = _shared_cluster()
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 9))
+    assert runner.run(max_rounds=2) == 2
+    assert t[0] == cs.NOW + 6.0 and runner.early_rounds == 1 and 5 in _released(b)
+    assert b.calls["active_job_states"] == 3
+
+
+def test_the_light_poll_reads_every_partition_on_our_nodes(engine):
+    b = _shared_cluster()
+    seen: list[tuple[str, ...]] = []
+    real = b.active_job_states
+
+    def spy(partitions):
+        seen.append(tuple(partitions))
+        return real(partitions)
+    b.active_job_states = spy                        # type: ignore[method-assign]
+    runner, t, polls = _runner(engine, b)
+    runner.run(max_rounds=2)
+    assert seen and set(seen) == {("gpu", "urgent")}
+    assert runner.early_rounds == 0 and 5 not in _released(b)
+
+
+def test_a_departure_with_nothing_of_ours_waiting_or_still_completing_is_no_event(engine):
+    b = _shared_cluster()
+    b._jobs = [j for j in b._jobs if j.job_id != 5]            # nothing of ours waits
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 9))
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0
+    b = _shared_cluster()
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0
+                               and _finish(b, 9, JobState.COMPLETING))
+    runner.run(max_rounds=2)                          # COMPLETING still holds its GPUs
+    assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0 and 5 not in _released(b)

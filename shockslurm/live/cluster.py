@@ -68,6 +68,7 @@ from . import stops
 from .acting import (CONTROLLER_DOWN_RE, GRACE_SECONDS, PARTITIONS, STOP_POLL_S,
                      STOP_TIMEOUT_S)
 from .churn import ChurnGuard
+from .events import others_holding, watched_partitions
 from .credentials import RecentDepartures
 from .idle import SwitchClock, waiting_gpus
 from .layout import Layout, impossible_reason, read_layout, unplaceable_idle_gpu_s
@@ -153,6 +154,8 @@ class SlurmCluster(EventPolling):
         self.switch = SwitchClock()          # switch and waiting idle GPU-seconds
         self.departures = RecentDepartures() # jobs stopped within the current second
         self._poll_seen: frozenset[tuple[str, str]] | None = None  # the last poll's jobs
+        self._watched = tuple(self.partitions)   # partitions the poll reads (`events`)
+        self._others_holding = frozenset()      # GPUs we plan around at the last round
         self._free_gpus = 0                  # free GPUs at the last read (idle sample)
 
     @property
@@ -222,6 +225,10 @@ class SlurmCluster(EventPolling):
         self.layout = read_layout(nodes, slurm_jobs, self.partitions, self._ours)
         self.gpus = (self.layout.gpus if self.layout is not None
                      else self._capacity(nodes, slurm_jobs))
+        self._watched = watched_partitions(nodes, self.partitions)
+        self._others_holding = others_holding(
+            slurm_jobs, self._ours,
+            None if self.layout is None else [n.name for n in self.layout.nodes])
         self._measure_unplaceable(slurm_jobs, now)
         active = [j for j in slurm_jobs if self._ours(j) and j.state in ACTIVE_STATES]
         impossible = self._impossible(active, nodes)

@@ -3,6 +3,10 @@ Slurm once and asks here).
 
 - A completion: a job of the last enacted plan has finished (its GPUs are free) while a job of
   ours outside the plan waits.
+- A departure of another's job: a job the daemon does not schedule (another partition's on
+  shared nodes, an unmanaged one) held GPUs on our nodes at the last round and holds none now,
+  while a job of ours waits: the round's capacity left those GPUs out, so without an event they
+  would idle until the next round.
 - An arrival: a job of ours that was not there at the last round is pending and its gang fits
   the GPUs idle now, node by node (`placement.NodeBook`), so it can start at once, as plain Slurm
   would start it, instead of waiting up to a round. Only new jobs count: a job the policy chose
@@ -13,9 +17,11 @@ from __future__ import annotations
 
 from typing import Callable, Collection, Sequence
 
+from ..errors import InputError
 from ..model import pool
 from ..placement import NodeBook
-from ..slurm.types import JobState, SlurmJob
+from ..slurm.gres import expand_hostlist
+from ..slurm.types import JobState, SlurmJob, SlurmNode
 from .layout import PLACED_STATES, Layout
 
 
@@ -43,6 +49,53 @@ def completions_with_waiting(jobs: Sequence[SlurmJob], planned: Collection[int],
     waiting = sorted(j.job_id for j in jobs if j.state is JobState.PENDING and ours(j)
                      and j.job_id not in planned and j.job_id not in never)
     return freed, waiting
+
+
+def others_holding(jobs: Sequence[SlurmJob], ours: Callable[[SlurmJob], bool],
+                   nodes: Collection[str] | None) -> frozenset[int]:
+    """Jobs that hold GPUs the policy cannot hand out: others' jobs (not `ours`) holding GPUs
+    on `nodes` (on any node when `nodes` is None, or when Slurm does not say where a job sits),
+    and ours that are COMPLETING."""
+    out = set()
+    for j in jobs:
+        if not j.state.holds_gpus or j.gpus <= 0:
+            continue
+        if ours(j):
+            if j.state is JobState.COMPLETING:
+                out.add(j.job_id)
+            continue
+        if nodes is None or not j.node_list or _on(j.node_list, nodes):
+            out.add(j.job_id)
+    return frozenset(out)
+
+
+def _on(node_list: str, nodes: Collection[str]) -> bool:
+    try:
+        return bool(set(expand_hostlist(node_list)) & set(nodes))
+    except InputError:     # a list we cannot read: count it as on our nodes
+        return True
+
+
+def departures_with_waiting(jobs: Sequence[SlurmJob], holding: Collection[int],
+                            ours: Callable[[SlurmJob], bool],
+                            never: Collection[int]) -> tuple[list[int], list[int]]:
+    """(gone, waiting): the jobs of `holding` (`others_holding` at the last round) that hold no
+    GPUs now and, when any, our pending jobs that may be planned (not in `never`)."""
+    still = {j.job_id for j in jobs if j.state.holds_gpus}
+    gone = sorted(j for j in holding if j not in still)
+    if not gone:
+        return [], []
+    waiting = sorted(j.job_id for j in jobs if j.state is JobState.PENDING and ours(j)
+                     and j.job_id not in never)
+    return gone, waiting
+
+
+def watched_partitions(nodes: Sequence[SlurmNode], partitions: Sequence[str]) -> tuple[str, ...]:
+    """`partitions` and every other partition with a node among theirs (sorted after them):
+    the partitions whose jobs can hold GPUs the daemon plans around."""
+    ours = set(partitions)
+    shared = {p for n in nodes if set(n.partitions) & ours for p in n.partitions} - ours
+    return tuple(partitions) + tuple(sorted(shared))
 
 
 def pool_layout(capacity: int, jobs: Sequence[SlurmJob],

@@ -1,14 +1,15 @@
 """`EventPolling`: how the live cluster watches Slurm between rounds for an event that should
 start the next round at once (`live.events`: a completion while jobs of ours wait, an arrival
-that fits the idle GPUs), cheaply: a light `squeue` of our partitions first, the full
-`squeue --json` only when that changed."""
+that fits the idle GPUs, GPUs freed by a job we do not schedule), cheaply: a light `squeue` of
+the partitions on our nodes first, the full `squeue --json` only when that changed."""
 
 from __future__ import annotations
 
 import logging
 from typing import Sequence
 
-from .events import arrivals_that_fit, completions_with_waiting, pool_layout
+from .events import (arrivals_that_fit, completions_with_waiting, departures_with_waiting,
+                     pool_layout)
 from .journaling import LiveJob
 from .layout import read_layout
 from .phases import EnactPhases
@@ -24,6 +25,8 @@ class EventPolling(EnactPhases):
     _nodes: list[SlurmNode]
     _last_now: float | None
     _poll_seen: frozenset[tuple[str, str]] | None
+    _others_holding: frozenset[int]
+    _watched: tuple[str, ...]
 
     def _never(self) -> set[int]:
         raise NotImplementedError      # SlurmCluster's
@@ -37,10 +40,12 @@ class EventPolling(EnactPhases):
     def wants_early_round(self) -> bool:
         """True when a round now would fill idle GPUs (`live.events`): a job of the last enacted
         plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
-        holds them) while a job of ours outside the plan is pending, or a new job of ours is
-        pending and fits the GPUs idle now. A light read of our partitions (`_queue_changed`),
-        then one `squeue --json` only when it changed; no action; a read that fails is "no
-        event". The full read is also an idle sample (`idle`)."""
+        holds them) while a job of ours outside the plan is pending; a job we do not schedule
+        that held GPUs on our nodes at the last round holds none now while a job of ours is
+        pending; or a new job of ours is pending and fits the GPUs idle now. A light read of
+        the partitions on our nodes (`_queue_changed`), then one `squeue --json` only when it
+        changed; no action; a read that fails is "no event". The full read is also an idle
+        sample (`idle`)."""
         try:
             if not self._queue_changed():
                 return False
@@ -50,15 +55,17 @@ class EventPolling(EnactPhases):
             return False
         if self._last_now is not None:   # on the rounds' clock
             self._sample_idle(jobs, self._last_now + self._monotonic() - self._observe_started)
-        return self._completion_event(jobs) or self._arrival_event(jobs)
+        return (self._completion_event(jobs) or self._departure_event(jobs)
+                or self._arrival_event(jobs))
 
     def _queue_changed(self) -> bool:
-        """Whether the active jobs of our partitions changed since the last poll (always after a
-        round), by the backend's cheap text read when it has one (`active_job_states`); the
-        full `squeue --json` read follows only on a change. A foreign job of another partition
-        that frees GPUs on our nodes is seen at the next round."""
+        """Whether the active jobs of the partitions on our nodes (`watched_partitions`: ours
+        and any other partition sharing a node with them, whose jobs free GPUs we plan with)
+        changed since the last poll (always after a round), by the backend's cheap text read
+        when it has one (`active_job_states`); the full `squeue --json` read follows only on a
+        change."""
         read = getattr(self.backend, "active_job_states", None)
-        seen = None if read is None else read(self.partitions)
+        seen = None if read is None else read(self._watched)
         if seen is None:    # no cheap read (pyslurm, or a dry run over it)
             return True
         changed = seen != self._poll_seen
@@ -71,6 +78,16 @@ class EventPolling(EnactPhases):
             log.info("jobs %s finished with %s waiting: starting the next round now", freed,
                      waiting[:10], extra={"fields": {"event": "early_round", "finished": freed,
                                                      "waiting": len(waiting)}})
+        return bool(waiting)
+
+    def _departure_event(self, jobs: Sequence[SlurmJob]) -> bool:
+        gone, waiting = departures_with_waiting(jobs, self._others_holding, self._ours,
+                                                self._never())
+        if waiting:
+            log.info("GPUs of jobs %s we do not schedule are free with %s waiting: starting the "
+                     "next round now", gone, waiting[:10],
+                     extra={"fields": {"event": "early_round", "others_left": gone,
+                                       "waiting": len(waiting)}})
         return bool(waiting)
 
     def _arrival_event(self, jobs: Sequence[SlurmJob]) -> bool:

@@ -3,6 +3,7 @@
 on the 32 GPUs, one of them short; a fifth 8-GPU job waits held. When the short job ends mid-round
 the runner's poll sees it and starts the next round early, which releases the fifth job: the gap
 between the short job's end and the fifth's start is a few seconds, not the rest of the round.
+The same holds when the short job is a plain job of another partition on the same nodes.
 
 Only the jobs this test submits are scheduled (`job_filter`).
 """
@@ -33,19 +34,41 @@ LONG_UNITS = 600            # 120 s: still running when the test ends (cancelled
 FILL_BOUND_S = POLL_S + 4.0
 
 
-def measure_fill_gap(tmp: Path, event_poll_s: float) -> tuple[float, float]:
-    """Run the scenario; (gap between the short job's end and the waiting job's start, seconds
-    from the daemon's first round to that start)."""
+def _plain_short_job(backend: CliBackend) -> int:
+    """An 8-GPU job of 8 s on the unmanaged `urgent` partition (the same nodes), once running."""
+    out = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:8", "-o",
+                          "/dev/null", "--job-name", "shockit-plain", "--wrap", "sleep 8"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    job_id = int(out.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        state = {j.job_id: j.state for j in backend.jobs()}.get(job_id)
+        if state is JobState.RUNNING:
+            return job_id
+        time.sleep(0.2)
+    pytest.fail(f"the plain job {job_id} did not start: {state}")
+
+
+def measure_fill_gap(tmp: Path, event_poll_s: float, *, plain: bool = False
+                     ) -> tuple[float, float]:
+    """Run the scenario (with `plain`, the short job is another partition's job the daemon does
+    not schedule, running before the daemon starts); (gap between the short job's end and the
+    waiting job's start, seconds from the daemon's first round to that start)."""
     (tmp / "state").mkdir(exist_ok=True)
     db = str(tmp / "store.db")
     ours: list[int] = []
+    others: list[int] = []
     runner = thread = None
     engine = open_store(db, create=True)
     backend = CliBackend()
     try:
-        for k, units in enumerate([SHORT_UNITS, LONG_UNITS, LONG_UNITS, LONG_UNITS, LONG_UNITS]):
-            ours.append(_shocksub(tmp, db, k, 8, units))
-        short, waiting = ours[0], ours[4]
+        if plain:
+            others.append(_plain_short_job(backend))
+        units = [LONG_UNITS] * 4 if plain else [SHORT_UNITS] + [LONG_UNITS] * 4
+        for k, n in enumerate(units):
+            ours.append(_shocksub(tmp, db, k, 8, n))
+        short, waiting = (others[0] if plain else ours[0]), ours[-1]
         cfg = parse_config({"daemon": {"round_seconds": ROUND_S, "grace_seconds": 5,
                                        "policy": "fifo", "partitions": ["gpu"], "db": db,
                                        "min_run_seconds": 0,
@@ -73,8 +96,9 @@ def measure_fill_gap(tmp: Path, event_poll_s: float) -> tuple[float, float]:
             runner.request_stop()
         if thread is not None:
             thread.join(timeout=ROUND_S + 30)
-        if ours:
-            subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)
+        if ours or others:
+            subprocess.run(["scancel", *map(str, ours + others)], capture_output=True,
+                           timeout=30)
         engine.dispose()
 
 
@@ -83,5 +107,18 @@ def test_a_completion_mid_round_is_filled_within_seconds(tmp_path: Path, slurm_c
     gap, since_first = measure_fill_gap(tmp_path, POLL_S)
     print(f"completion -> next start: {gap:.0f} s ({since_first:.0f} s after the first round, "
           f"rounds of {ROUND_S:g} s)")
+    assert 0 <= gap <= FILL_BOUND_S, gap
+    assert since_first < ROUND_S, "filled at the next round boundary, not at once"
+
+
+def test_gpus_a_job_of_another_partition_frees_are_filled_within_seconds(tmp_path: Path,
+                                                                         slurm_cluster):
+    """The short job is a plain job of the `urgent` partition on the same nodes: the daemon
+    planned around its GPUs; when it ends mid-round the poll (which reads `urgent` too) sees
+    it and the next round starts at once."""
+    assert slurm_cluster.gpus == 32, "the scenario fills 4 nodes x 8 GPUs"
+    gap, since_first = measure_fill_gap(tmp_path, POLL_S, plain=True)
+    print(f"plain job's end -> next start: {gap:.0f} s ({since_first:.0f} s after the first "
+          f"round, rounds of {ROUND_S:g} s)")
     assert 0 <= gap <= FILL_BOUND_S, gap
     assert since_first < ROUND_S, "filled at the next round boundary, not at once"
