@@ -108,6 +108,43 @@ def test_reference_mode_a_switch_that_rounds_up_the_last_epoch_ends_the_job() ->
     assert job.done and job.completion_s == 480          # ... but the rounded-up epoch ends it
 
 
+def test_profile_mode_switches_batch_size_at_the_epoch_boundary_within_a_run() -> None:
+    """A job that follows its schedule changes batch size where its epoch changes, as it does
+    live, not at the end of the run: one run as long as the profile's exclusive time does the
+    whole job. (Before, it ran the rest of the round at the old batch size, 4x slower here, and
+    every round-based policy paid for it: on the live benchmark's workloads, seconds per job.)"""
+    spec = make_spec(epochs=3, bs=32, samples=3200, schedule=[32, 128, 128],
+                     throughput={32: 10.0, 128: 10.0})        # 10 s, then 2.5 s per epoch
+    assert spec.exclusive_runtime_s == pytest.approx(15.0)
+    job = SimJob(spec)
+    run = job.plan_run(60.0)
+    assert run.segments == ((32, 100), (128, 50)) and run.completes
+    assert run.seconds == pytest.approx(15.0)
+    job.record_run(run, run.seconds, 15.0)
+    assert job.done and job.completion_s == 15.0
+    assert job.observed_batch_sizes == (32, 128, 128)
+    assert [(old, new) for _, old, new in job.batch_size_changes] == [(32, 128)]
+
+
+def test_profile_mode_a_run_cut_after_the_switch_keeps_the_new_batch_size() -> None:
+    spec = make_spec(epochs=3, bs=32, samples=3200, schedule=[32, 128, 128],
+                     throughput={32: 10.0, 128: 10.0})
+    job = SimJob(spec)
+    run = job.plan_run(60.0)
+    part = run.within(12.5, spec.throughput)               # the first epoch and one more
+    assert part.segments == ((32, 100), (128, 25)) and not part.completes
+    job.record_run(part, 12.5, 12.5)
+    assert job.batch_size == 128 and job.epochs_done == pytest.approx(2.0)
+    assert job.plan_run(60.0).segments == ((128, 25),)
+
+
+def test_reference_mode_runs_keep_one_batch_size_per_run() -> None:
+    spec = make_spec(epochs=3, bs=32, samples=3200, schedule=[32, 128, 128],
+                     throughput={32: 10.0, 128: 10.0})
+    run = SimJob(spec, adaptation="reference").plan_run(60.0)
+    assert run.segments == ((32, 300),) and run.completes
+
+
 class _Invariants:
     """Checks every round: capacity, whole gangs, and (optionally) work conservation."""
 

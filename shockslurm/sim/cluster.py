@@ -3,8 +3,9 @@
 Semantics follow the reference simulator (SHOCKWAVE.md, "Workload model"), so that numbers are
 comparable:
 - A dispatched job holds its whole gang for the round and runs `int(throughput * round_s)`
-  iterations (or what remains); it finishes at the exact moment its iterations run out, which is
-  its completion time if it has no work left.
+  iterations (or what remains; in `profile` adaptation mode at each batch size of its schedule
+  in turn, switching at the epoch boundary: `SimJob.plan_run`); it finishes at the exact moment
+  its iterations run out, which is its completion time if it has no work left.
 - The next round starts when the last job dispatched in this one has finished (slightly under
   `round_s` for full rounds), or at the next arrival when nothing runs.
 - Restart overhead: a job that runs in a round after not running in the previous one (its first
@@ -36,13 +37,13 @@ the next round), instead of the reference's full-round-only rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
 from ..placement import NodeBook, free_after, place_plan
 from ..policies import PolicySettings
-from .jobs import SimJob
+from .jobs import Run, SimJob
 
 FULL_ROUND_SLACK_S = 5.0
 RESTART_OVERHEAD_S = 20.0       # the default time a job loses when it is restarted
@@ -51,7 +52,7 @@ RESTART_OVERHEAD_S = 20.0       # the default time a job loses when it is restar
 @dataclass
 class Dispatch:
     job_id: int
-    iterations: int
+    run: Run                      # the work planned for the round (`SimJob.plan_run`)
     finish_s: float
     overhead_s: float = 0.0       # fill_on_completion: restart time at the start of the run
 
@@ -130,9 +131,8 @@ class SimulatedCluster:
         for job_id in sorted(plan.run):
             job = self._active[job_id]
             overhead = self._restart_s(job_id) if self.fill_on_completion else 0.0
-            iterations = job.iterations_for(max(0.0, self.round_s - overhead))
-            self._running.append(Dispatch(job_id, iterations,
-                                          now + overhead + iterations / job.throughput, overhead))
+            run = job.plan_run(max(0.0, self.round_s - overhead))
+            self._running.append(Dispatch(job_id, run, now + overhead + run.seconds, overhead))
         self._rounds_dispatched += 1
 
     def next_round_start(self, now: float, round_s: float) -> float:
@@ -219,7 +219,7 @@ class SimulatedCluster:
         for d in sorted(self._running, key=lambda d: d.finish_s):
             if d.finish_s >= end:
                 return None
-            if d.iterations < self._active[d.job_id].remaining_iterations:
+            if not d.run.completes:
                 continue              # runs until the round's end: no GPUs freed
             if waiting or (self._pending and self._pending[0].arrival_s <= d.finish_s):
                 return d.finish_s
@@ -232,11 +232,10 @@ class SimulatedCluster:
             job = self._active[d.job_id]
             end = min(d.finish_s, now)
             exec_s = max(0.0, end - self._round_start - d.overhead_s)
-            iterations = d.iterations if d.finish_s <= now else \
-                min(d.iterations, int(job.throughput * exec_s))
+            done = d.run if d.finish_s <= now else d.run.within(exec_s, job.spec.throughput)
             if end - self._round_start < d.overhead_s:
                 self._overhead_left[d.job_id] = d.overhead_s - (end - self._round_start)
-            job.record_run(iterations, exec_s, end)
+            job.record_run(done, exec_s, end)
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:
                 del self._active[d.job_id]
@@ -249,14 +248,14 @@ class SimulatedCluster:
         for d in self._running:
             job = self._active[d.job_id]
             exec_s = d.finish_s - self._round_start
-            iterations = d.iterations
+            done = d.run
             restarted = ((d.job_id not in self._previous or d.job_id in self._moved)
                          and not first_round)
             if restarted and exec_s > self.round_s - FULL_ROUND_SLACK_S and self.restart_overhead_s:
                 lost = min(self.restart_overhead_s, exec_s)   # an overhead >= the round: no work
-                iterations = int(iterations * (exec_s - lost) / exec_s)
+                done = _less(done, exec_s, lost, job.spec.throughput)
                 exec_s -= lost
-            job.record_run(iterations, exec_s, d.finish_s)
+            job.record_run(done, exec_s, d.finish_s)
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:
                 del self._active[d.job_id]
@@ -278,3 +277,14 @@ class SimulatedCluster:
             profile_batch_sizes=s.batch_sizes, profile_epoch_durations=s.epoch_durations,
             exclusive_runtime_s=s.exclusive_runtime_s, run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
+
+
+def _less(run: Run, exec_s: float, lost_s: float, throughput: Mapping[int, float]) -> Run:
+    """`run` (of `exec_s` seconds) less a restart's `lost_s`: one batch size's iterations cut
+    in proportion (the reference's rule), a run across batch sizes its first `exec_s - lost_s`
+    seconds of work."""
+    if len(run.segments) == 1:
+        (bs, n), = run.segments
+        kept = int(n * (exec_s - lost_s) / exec_s)
+        return Run(((bs, kept),), kept / throughput[bs], run.completes and kept == n)
+    return run.within(exec_s - lost_s, throughput)

@@ -6,20 +6,55 @@ batch-size change rescales the counts so that the epoch count is preserved.
 
 Two adaptation modes say *when* the batch size changes:
 - `profile` (default): the job follows its declared per-epoch schedule; the change happens at
-  the end of the round in which the job enters an epoch with another batch size.
+  the epoch boundary, within the run, as a job that follows its schedule does it live (the
+  run's work is a sequence of segments, one per batch size: `plan_run`).
 - `reference`: the reference simulator's own rules (`reference_rules`), with its one-run lag and
   its rounding up of the epoch in progress. Use it to compare with the reference's numbers.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from ..model import JobSpec
 from . import reference_rules
 
 ADAPTATION_MODES = ("profile", "reference")
+
+
+Segment = tuple[int, int]
+"""(batch size, iterations) of one stretch of a run at one batch size."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """The work of one dispatch: its segments in order (more than one only where the job's
+    schedule changes its batch size during the run, profile mode) and the seconds they take."""
+
+    segments: tuple[Segment, ...]
+    seconds: float
+    completes: bool = False          # the job has no work left after it
+
+    @property
+    def iterations(self) -> int:
+        return sum(n for _, n in self.segments)
+
+    def within(self, seconds: float, throughput: Mapping[int, float]) -> "Run":
+        """The part of this run done in its first `seconds` (whole iterations)."""
+        out: list[Segment] = []
+        left = seconds
+        for bs, n in self.segments:
+            take = n if n / throughput[bs] <= left else min(n, int(throughput[bs] * left))
+            if take > 0:
+                out.append((bs, take))
+            left -= take / throughput[bs]
+            if take < n or left <= 0:
+                break
+        return Run(tuple(out), seconds - max(0.0, left),
+                   self.completes and tuple(out) == self.segments)
 
 
 @dataclass
@@ -65,31 +100,77 @@ class SimJob:
 
     # ------------------------------------------------------------------ a round of work
     def iterations_for(self, seconds: float) -> int:
-        """Iterations the job may run in a round of `seconds`."""
+        """Iterations the job may run at its current batch size in `seconds`."""
         return max(0, min(int(self.throughput * seconds), self.remaining_iterations))
 
-    def record_run(self, iterations: int, exec_s: float, end_s: float) -> None:
-        """Account a finished run of `iterations` that held the GPUs usefully for `exec_s`."""
+    def plan_run(self, seconds: float) -> Run:
+        """The work the job does in a run of `seconds`: in reference mode one segment at its
+        batch size; in profile mode up to each epoch boundary where its schedule changes the
+        batch size, then on at the new one (the job itself is not changed)."""
+        if self.adaptation == "reference":
+            n = self.iterations_for(seconds)
+            return Run(((self.batch_size, n),), n / self.throughput,
+                       n >= self.remaining_iterations)
+        job = copy.copy(self)
+        job.batch_size_changes = []
+        segments: list[Segment] = []
+        left = seconds
+        while left > 0 and job.remaining_iterations > 0:
+            n = min(job.iterations_for(left), job._iterations_to_change())
+            if n <= 0:
+                break
+            segments.append((job.batch_size, n))
+            left -= n / job.throughput
+            job._advance(n, 0.0)
+        return Run(tuple(segments), seconds - max(0.0, left), job.remaining_iterations <= 0)
+
+    def _iterations_to_change(self) -> int:
+        """Iterations at the current batch size until the schedule wants another (profile mode;
+        the remaining iterations when it never does)."""
+        ipe = self.iterations_per_epoch
+        schedule = self.spec.batch_sizes
+        for epoch in range(int(self.epochs_done) + 1, self.spec.num_epochs):
+            if schedule[epoch] != self.batch_size:
+                return max(1, epoch * ipe - self.iterations_done)
+        return self.remaining_iterations
+
+    def record_run(self, iterations: int | Run, exec_s: float, end_s: float) -> None:
+        """Account a finished run (its iterations at the current batch size, or a `Run`'s
+        segments) that held the GPUs usefully for `exec_s`."""
+        segments = (iterations.segments if isinstance(iterations, Run)
+                    else ((self.batch_size, iterations),))
+        self.run_time_s += exec_s
+        for k, (_, n) in enumerate(segments):
+            last = k == len(segments) - 1
+            if self._advance(n, end_s, switch=last or self.adaptation != "reference"):
+                return
+
+    def _advance(self, iterations: int, end_s: float, *, switch: bool = True) -> bool:
+        """Add `iterations` at the current batch size, then (with `switch`) change the batch
+        size where the mode says; True when the job is complete."""
         before = self.epochs_done
         self.iterations_done += iterations
-        self.run_time_s += exec_s
         finished_epochs = int(self.epochs_done) - int(before)
         if finished_epochs > 0:
             self.observed_batch_sizes += (self.batch_size,) * finished_epochs
         if self.remaining_iterations <= 0 or self.over_deadline():
             self.completion_s = end_s
-            return
+            return True
+        if not switch:
+            return False
         if self.adaptation == "reference":
             if self.pending_bs is not None:
                 self._switch(self.pending_bs, end_s, keep_partial=False)
                 self.pending_bs = None
                 if self.remaining_iterations <= 0:   # the switch's rounding-up ended the job
                     self.completion_s = end_s
+                    return True
         else:
             epoch = min(int(self.epochs_done), self.spec.num_epochs - 1)
             wanted = self.spec.batch_sizes[epoch]
             if wanted != self.batch_size:
                 self._switch(wanted, end_s, keep_partial=True)
+        return False
 
     def over_deadline(self) -> bool:
         """The reference ends a job that has run 1.5x its whole exclusive time (a safety net)."""
