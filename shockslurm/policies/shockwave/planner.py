@@ -42,7 +42,7 @@ from ...forecast import Forecast, ForecastState, forecast
 from ...model import Node, RoundPlan, Snapshot, pool
 from ...placement import NodeBook
 from .config import ShockwaveConfig
-from .market import MarketInput, MarketResult, placed_objective, solve_market
+from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
     rs = [r for r, _ in series] + [now_round]
     gaps = np.diff(np.asarray(rs, dtype=float))
     vals = np.asarray([f for _, f in series])
-    avg = float(vals[0]) if gaps.sum() <= 0 else float(np.dot(gaps / gaps.sum(), vals))
+    avg = float(vals[0]) if gaps.sum() <= 0 else exact_dot(gaps / gaps.sum(), vals)
     return momentum * avg + (1.0 - momentum) * float(vals[-1])
 
 
@@ -193,7 +193,7 @@ class Shockwave:
         prio = np.minimum(prio, cfg.priority_cap)
         base = dict(gang=gang, frac_done=e / E, full_rounds=E * dbar / L, remaining_rounds=R / L,
                     gpus=snap.gpus, rounds=T, k_round=cfg.k * L, tail_weight=cfg.tail_weight,
-                    drain_rounds=max(0.0, cfg.tail_drain_factor * float(np.dot(gang, R)) / L / snap.gpus - T))
+                    drain_rounds=max(0.0, cfg.tail_drain_factor * exact_dot(gang, R) / L / snap.gpus - T))
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
@@ -212,7 +212,7 @@ class Shockwave:
         f_lower = (R - slack) / np.maximum(E * dbar, 1e-9)
         need = np.ceil(E * dbar / L * np.maximum(f_lower, 0) - 1e-9)
         trivially_infeasible = (np.any(slack < 0) or np.any(f_lower > 1 - e / E + 1e-9)
-                                or np.any(need > T) or float(np.dot(gang, need)) > snap.gpus * T)
+                                or np.any(need > T) or exact_dot(gang, need) > snap.gpus * T)
         relaxed = True
         res = MarketResult("infeasible", None, None, float("nan"), 0.0)
         if not trivially_infeasible:
@@ -246,8 +246,8 @@ class Shockwave:
             for rnd in self.plan:
                 for j in rnd:
                     placed[index[j]] += 1
-            packing = {"planned_gpu_rounds": int(np.dot(gang, res.rounds)),
-                       "packed_gpu_rounds": int(np.dot(gang, placed)),
+            packing = {"planned_gpu_rounds": int(exact_dot(gang, res.rounds)),
+                       "packed_gpu_rounds": int(exact_dot(gang, placed)),
                        "objective_placed": placed_objective(
                            inputs[-1], res.progress, placed, breakpoints=cfg.log_breakpoints,
                            log_zero=cfg.log_zero)}
