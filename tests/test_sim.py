@@ -123,7 +123,7 @@ def test_profile_mode_switches_batch_size_at_the_epoch_boundary_within_a_run() -
     job.record_run(run, run.seconds, 15.0)
     assert job.done and job.completion_s == 15.0
     assert job.observed_batch_sizes == (32, 128, 128)
-    assert [(old, new) for _, old, new in job.batch_size_changes] == [(32, 128)]
+    assert job.batch_size_changes == [(10.0, 32, 128)]          # logged at the boundary
 
 
 def test_profile_mode_a_run_cut_after_the_switch_keeps_the_new_batch_size() -> None:

@@ -140,9 +140,14 @@ class SimJob:
         segments = (iterations.segments if isinstance(iterations, Run)
                     else ((self.batch_size, iterations),))
         self.run_time_s += exec_s
+        # each segment ends when the ones after it have run (a switch is logged then)
+        after = [n / self.spec.throughput[bs] for bs, n in segments]
         for k, (_, n) in enumerate(segments):
             last = k == len(segments) - 1
-            if self._advance(n, end_s, switch=last or self.adaptation != "reference"):
+            at = end_s - sum(after[k + 1:])
+            if self._advance(n, at, switch=last or self.adaptation != "reference"):
+                if not last:
+                    self.completion_s = end_s
                 return
 
     def _advance(self, iterations: int, end_s: float, *, switch: bool = True) -> bool:
