@@ -51,7 +51,7 @@ class ShockwaveConfig:
     (not rescaling) keeps the trade-off of uncapped jobs against the k term unchanged."""
     tail_weight: float = 1.0
     """Extension (0 = the reference; 120-job trace, measured 2026-11-24: makespan 24,957 s ->
-    23,767 s, 5.8 % -> 5.0 % unfair): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
+    23,747 s, 5.8 % -> 5.0 % unfair): adds `tail_weight * k * sum_j max(0, r_j - drain)` to the
     makespan term, where drain = the time the whole cluster needs for all remaining work after
     the window. Every job that would outlast the drain is pushed, not only the longest one."""
     fill_order: str = "remaining"
@@ -60,7 +60,7 @@ class ShockwaveConfig:
     tail_drain_factor: float = 1.25
     """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers).
     Measured on the 120-job trace (reference adaptation mode, 2026-11-24): 1.0 -> makespan
-    23,663 s, worst rho 1.13, 5.0 % unfair; 1.25 -> 23,767 s, avg JCT 9,830 s, worst rho 1.26,
+    23,628 s, worst rho 1.13, 5.0 % unfair; 1.25 -> 23,747 s, avg JCT 9,867 s, worst rho 1.20,
     5.0 % unfair; 1.3 -> 24,347 s, 4.2 %. One trace is no ground for a default: the outcome is
     sensitive to this knob there, and on 24 generated workloads its effect was below the noise."""
     progress_model: str = "forecast"
@@ -69,14 +69,14 @@ class ShockwaveConfig:
     duration of the epochs still to come, R_j / (E_j - e_j - 1). With "past", a job whose future
     epochs are slower than its past ones can never bring its remaining time r_j to zero, so the
     makespan term stalls on it and the other long jobs starve (makespan +7 % on the 120-job
-    trace)."""
+    trace when chosen; with the tail term, 2026-11-24 evening: 24,007 s against 23,747 s)."""
     integer_rounds: bool = True
     """Solve the aggregated program as a MIP (integer rounds per job); False: LP + rounding."""
     mip_max_jobs: int = 1500
     """Above this many jobs the LP relaxation is solved and rounded (`market.lp_rounding`: what
     the planned progress needs, rounded up, then rounds taken back where the objective loses
     least per GPU). On the 120-job trace, LP plus rounding end to end gives makespan 23,987 s,
-    avg JCT 9,945 s, worst rho 1.20 (the integer program: 23,767 s, 9,830 s, 1.26)."""
+    avg JCT 9,945 s, worst rho 1.20 (the integer program: 23,747 s, 9,867 s, 1.20)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):   # values from TOML or the command line: check each type
