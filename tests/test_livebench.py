@@ -139,6 +139,10 @@ def test_scaling_keeps_specs_consistent_and_predictions_run():
     arm = {"arm": "shockwave", "makespan_s": 100.0, "simulated": shock,
            "switch_usr1_to_successor_running_s": {"median": 3.0, "max": 4.0, "n": 2}}
     assert measured_switch_s(arm) == 3.0
+    no_stops = {"arm": "fifo", "switch_usr1_to_successor_running_s": {"median": None, "n": 0},
+                "release_to_running_s": {"median": 1.0, "max": 2.2, "n": 24}}
+    assert measured_switch_s(no_stops) == 1.0          # Slurm's start latency, every start
+    assert measured_switch_s({"arm": "native"}) == 0.0
     table = markdown_table([arm])
     assert "| makespan s, live (sim) | 100 (" in table and "3.0 / 4.0" in table
 

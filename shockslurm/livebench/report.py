@@ -27,8 +27,12 @@ COLUMNS = (("makespan_s", "makespan s", "{:.0f}"), ("avg_jct_s", "avg JCT s", "{
 
 
 def measured_switch_s(arm: Mapping[str, object]) -> float:
-    """The arm's median switch cost in seconds (0 when it stopped nothing)."""
-    for key in ("switch_usr1_to_successor_running_s", "switch_usr1_to_exit_s"):
+    """The arm's median switch cost in seconds: USR1 -> the successor RUNNING (else -> the
+    stopped job's exit); for an arm that stopped nothing, Slurm's own start latency (release ->
+    RUNNING), which every start pays live and the simulator charges as the restart overhead;
+    0 when none was measured."""
+    for key in ("switch_usr1_to_successor_running_s", "switch_usr1_to_exit_s",
+                "release_to_running_s"):
         value = arm.get(key)
         if isinstance(value, Mapping) and value.get("median") is not None:
             return float(str(value["median"]))
