@@ -291,3 +291,13 @@ def test_a_departure_with_nothing_of_ours_waiting_or_still_completing_is_no_even
                                and _finish(b, 9, JobState.COMPLETING))
     runner.run(max_rounds=2)                          # COMPLETING still holds its GPUs
     assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0 and 5 not in _released(b)
+
+
+def test_a_departure_whose_gpus_fit_no_waiting_job_of_ours_is_no_event(engine):
+    """A busy foreign partition freeing GPUs here and there starts no round for a gang that
+    does not fit them: job 5 asks 16 GPUs, the departure frees 8."""
+    b = _shared_cluster()
+    b._jobs = [j if j.job_id != 5 else job(5, gpus=16) for j in b._jobs]
+    runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 9))
+    runner.run(max_rounds=2)
+    assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0

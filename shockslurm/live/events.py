@@ -5,8 +5,8 @@ Slurm once and asks here).
   ours outside the plan waits.
 - A departure of another's job: a job the daemon does not schedule (another partition's on
   shared nodes, an unmanaged one) held GPUs on our nodes at the last round and holds none now,
-  while a job of ours waits: the round's capacity left those GPUs out, so without an event they
-  would idle until the next round.
+  and a waiting job of ours fits the GPUs idle now: the round's capacity left those GPUs out, so
+  without an event they would idle until the next round.
 - An arrival: a job of ours that was not there at the last round is pending and its gang fits
   the GPUs idle now, node by node (`placement.NodeBook`), so it can start at once, as plain Slurm
   would start it, instead of waiting up to a round. Only new jobs count: a job the policy chose
@@ -27,7 +27,8 @@ from .layout import PLACED_STATES, Layout
 
 def arrivals_that_fit(layout: Layout, pending: Sequence[SlurmJob],
                       known: Collection[int]) -> list[int]:
-    """Ids of the `pending` jobs not in `known` whose GPUs some free node(s) can hold now."""
+    """Ids of the `pending` jobs not in `known` whose GPUs some free node(s) can hold now
+    (arrivals: `known` is the jobs seen at the last round; departures: nothing)."""
     new = [j for j in pending if j.job_id not in known and j.gpus > 0]
     if not new or not layout.nodes:
         return []

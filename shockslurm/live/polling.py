@@ -6,7 +6,7 @@ the partitions on our nodes first, the full `squeue --json` only when that chang
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Collection, Sequence
 
 from .events import (arrivals_that_fit, completions_with_waiting, departures_with_waiting,
                      pool_layout)
@@ -81,22 +81,34 @@ class EventPolling(EnactPhases):
         return bool(waiting)
 
     def _departure_event(self, jobs: Sequence[SlurmJob]) -> bool:
+        """A job we do not schedule left GPUs on our nodes and a waiting job of ours fits the
+        GPUs idle now (a busy foreign partition freeing a GPU here and there starts no round
+        for a gang that does not fit)."""
         gone, waiting = departures_with_waiting(jobs, self._others_holding, self._ours,
                                                 self._never())
-        if waiting:
-            log.info("GPUs of jobs %s we do not schedule are free with %s waiting: starting the "
-                     "next round now", gone, waiting[:10],
+        if not waiting:
+            return False
+        ids = set(waiting)
+        fits = self._fitting_now(jobs, [j for j in jobs if j.job_id in ids], ())
+        if fits:
+            log.info("GPUs of jobs %s we do not schedule are free and %s fit them: starting "
+                     "the next round now", gone, fits[:10],
                      extra={"fields": {"event": "early_round", "others_left": gone,
-                                       "waiting": len(waiting)}})
-        return bool(waiting)
+                                       "fit": fits}})
+        return bool(fits)
+
+    def _fitting_now(self, jobs: Sequence[SlurmJob], pending: Sequence[SlurmJob],
+                     skip: Collection[int]) -> list[int]:
+        """The `pending` jobs (not in `skip`) whose gang the GPUs idle now can place."""
+        if not pending or not self._nodes:
+            return []
+        layout = (read_layout(self._nodes, jobs, self.partitions, self._ours)
+                  or pool_layout(self._capacity(self._nodes, jobs), jobs, self._ours))
+        return arrivals_that_fit(layout, pending, skip)
 
     def _arrival_event(self, jobs: Sequence[SlurmJob]) -> bool:
         pending = [j for j in jobs if j.state is JobState.PENDING and self._ours(j)]
-        if not pending or not self._nodes:
-            return False
-        layout = (read_layout(self._nodes, jobs, self.partitions, self._ours)
-                  or pool_layout(self._capacity(self._nodes, jobs), jobs, self._ours))
-        fits = arrivals_that_fit(layout, pending, self.jobs)
+        fits = self._fitting_now(jobs, pending, self.jobs)
         if fits:
             log.info("jobs %s arrived and fit the idle GPUs: starting the next round now",
                      fits[:10], extra={"fields": {"event": "early_round", "arrived": fits}})
