@@ -208,8 +208,8 @@ class DaemonConfig:
         "Between rounds, check Slurm this often (a light `squeue` of the partitions on our "
         "nodes; the full `squeue --json` only when it changed) for a job of the plan that "
         "finished while others wait, a job we do not schedule that freed GPUs on our nodes "
-        "while ours wait, or a new job that fits the idle GPUs; if so, the next round starts "
-        "at once (0 = off: starts only at round boundaries).", reload=True)
+        "that a waiting job of ours fits, or a new job that fits the idle GPUs; if so, the "
+        "next round starts at once (0 = off: starts only at round boundaries).", reload=True)
     stop_lead_seconds: float = setting(
         "nonnegative", 4.0,
         "Start each round's reads, solve and stop signals this long before its boundary, so "
