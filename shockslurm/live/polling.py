@@ -41,8 +41,8 @@ class EventPolling(EnactPhases):
         """True when a round now would fill idle GPUs (`live.events`): a job of the last enacted
         plan has finished (a final state, or left the queue: its GPUs are free; COMPLETING still
         holds them) while a job of ours outside the plan is pending; a job we do not schedule
-        that held GPUs on our nodes at the last round holds none now while a job of ours is
-        pending; or a new job of ours is pending and fits the GPUs idle now. A light read of
+        that held GPUs on our nodes at the last round holds none now and a pending job of ours
+        fits the GPUs idle now; or a new job of ours is pending and fits the GPUs idle now. A light read of
         the partitions on our nodes (`_queue_changed`), then one `squeue --json` only when it
         changed; no action; a read that fails is "no event". The full read is also an idle
         sample (`idle`)."""

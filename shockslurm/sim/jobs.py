@@ -38,10 +38,6 @@ class Run:
     seconds: float
     completes: bool = False          # the job has no work left after it
 
-    @property
-    def iterations(self) -> int:
-        return sum(n for _, n in self.segments)
-
     def within(self, seconds: float, throughput: Mapping[int, float]) -> "Run":
         """The part of this run done in its first `seconds` (whole iterations)."""
         out: list[Segment] = []
