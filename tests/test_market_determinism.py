@@ -130,32 +130,29 @@ def _cpu_has(flag: str) -> bool:
         return False
 
 
-def _simulate_trace(coretype: str | None, out: Path) -> dict:
-    """The 120-job trace through Shockwave in a fresh process, OpenBLAS on `coretype`'s kernels
-    (None: the one it picks for this CPU)."""
-    from .conftest import SHARED_DATA, skip_unless_required
-
-    if not (SHARED_DATA / "trace-120jobs.tsv").exists():
-        skip_unless_required(f"reference data not found in {SHARED_DATA}")
+def _simulate_trace(data: Path, coretype: str | None, out: Path) -> dict:
+    """The 120-job trace (in `data`) through Shockwave in a fresh process, OpenBLAS on
+    `coretype`'s kernels (None: the one it picks for this CPU)."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     if coretype is not None:
         env["OPENBLAS_CORETYPE"] = coretype
     subprocess.run(
         [sys.executable, "-m", "shockslurm.cli.main", "simulate", "--no-progress",
-         "--trace", str(SHARED_DATA / "trace-120jobs.tsv"),
-         "--throughputs", str(SHARED_DATA / "throughputs-tacc.json"),
-         "--profiles", str(SHARED_DATA / "profiles-120jobs.json.gz"),
+         "--trace", str(data / "trace-120jobs.tsv"),
+         "--throughputs", str(data / "throughputs-tacc.json"),
+         "--profiles", str(data / "profiles-120jobs.json.gz"),
          "--gpus", "32", "--policy", "shockwave", "--json", str(out)],
         capture_output=True, text=True, env=env, timeout=300, check=True)
     row = json.loads(out.read_text())
     return {k: row[k] for k in ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")}
 
 
-def test_same_plans_whatever_blas_kernel_the_cpu_gets(tmp_path: Path) -> None:
+def test_same_plans_whatever_blas_kernel_the_cpu_gets(reference_data: Path,
+                                                      tmp_path: Path) -> None:
     """The planner's sums do not go through BLAS (`market.exact_dot`): OpenBLAS picks its
     kernel for the CPU at run time and each sums in its own order. With `np.dot`, the 120-job
     trace gave 23,747 s on this AVX-512 machine's kernel and 23,767 s on the Haswell kernel.
     (Where the CPU has no AVX-512 the SkylakeX kernel is not tried.)"""
     kernels = ["Sandybridge", "Haswell"] + (["SkylakeX"] if _cpu_has("avx512f") else [])
-    results = {k: _simulate_trace(k, tmp_path / f"{k}.json") for k in kernels}
+    results = {k: _simulate_trace(reference_data, k, tmp_path / f"{k}.json") for k in kernels}
     assert len({json.dumps(r, sort_keys=True) for r in results.values()}) == 1, results
