@@ -168,9 +168,8 @@ class SlurmCluster(EventPolling):
         total = sum(n.gpus for n in nodes
                     if n.usable and set(n.partitions) & set(self.partitions))
         # GPUs the policy cannot hand out: other jobs', and ours that are still completing.
-        foreign = sum(j.gpus for j in jobs if j.state.holds_gpus and (
-            not self._ours(j) or j.state is JobState.COMPLETING))
-        return max(0, total - foreign)
+        held = others_holding(jobs, self._ours, None)
+        return max(0, total - sum(j.gpus for j in jobs if j.job_id in held))
 
     def _spec(self, job: SlurmJob, registered: Mapping[int, Mapping[str, object]]) -> LiveSpec:
         """The job's spec; for a bad one (`BadSpec`) the defaults, and the job is recorded in
