@@ -36,6 +36,7 @@ their own packing within what can be placed.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -60,8 +61,9 @@ class NodeBook:
         self.largest = max(self._cap)
         # node indices by free GPUs (best fit without scanning every node) and the wholly free ones
         self._by_free: list[set[int]] = [set() for _ in range(self.largest + 1)]
+        self._levels: list[int] = []        # the free-GPU counts some node has, ascending
         for i, c in enumerate(self._cap):
-            self._by_free[c].add(i)
+            self._file(i, c)
         self._whole: set[int] = set(range(len(self.nodes)))
         self._whole_gpus = sum(self._cap)
         self._free_total = sum(self._cap)
@@ -90,7 +92,7 @@ class NodeBook:
             return False
         if self.multi_node(gang):
             return self._whole_gpus >= gang
-        return any(self._by_free[f] for f in range(gang, self.largest + 1))
+        return bool(self._levels) and self._levels[-1] >= gang
 
     # ------------------------------------------------------------------ placing
     def take(self, gang: int, prefer: NodeShares | None = None,
@@ -107,13 +109,11 @@ class NodeBook:
             if self._free[i] >= gang:
                 self._use(i, gang)
                 return ((self.nodes[i].name, gang),)
-        for f in range(gang, self.largest + 1):
-            if self._by_free[f]:
-                i = (min(self._by_free[f]) if not avoid else
-                     min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
-                self._use(i, gang)
-                return ((self.nodes[i].name, gang),)
-        return None  # pragma: no cover - can_take said yes
+        f = self._levels[bisect_left(self._levels, gang)]     # best fit: the fewest free
+        i = (min(self._by_free[f]) if not avoid else
+             min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
+        self._use(i, gang)
+        return ((self.nodes[i].name, gang),)
 
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
@@ -157,20 +157,30 @@ class NodeBook:
         if before == self._cap[i]:
             self._whole.discard(i)
             self._whole_gpus -= self._cap[i]
-        self._by_free[before].discard(i)
+        self._unfile(i, before)
         self._free[i] = before - gpus
-        self._by_free[self._free[i]].add(i)
+        self._file(i, self._free[i])
         self._free_total -= gpus
 
     def _give(self, i: int, gpus: int) -> None:
         before = self._free[i]
-        self._by_free[before].discard(i)
+        self._unfile(i, before)
         self._free[i] = before + gpus
-        self._by_free[self._free[i]].add(i)
+        self._file(i, self._free[i])
         self._free_total += gpus
         if self._free[i] == self._cap[i]:
             self._whole.add(i)
             self._whole_gpus += self._cap[i]
+
+    def _file(self, i: int, free: int) -> None:
+        if not self._by_free[free]:
+            insort(self._levels, free)
+        self._by_free[free].add(i)
+
+    def _unfile(self, i: int, free: int) -> None:
+        self._by_free[free].discard(i)
+        if not self._by_free[free]:
+            del self._levels[bisect_left(self._levels, free)]
 
 
 @dataclass(frozen=True)
