@@ -10,7 +10,7 @@ from shockslurm.model import RoundPlan, Snapshot, check_plan
 from shockslurm.policies import make_policy
 from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
 from shockslurm.policies.shockwave.bench import bench_solver, synthetic_snapshot
-from shockslurm.policies.shockwave.planner import pack
+from shockslurm.policies.shockwave.packing import pack
 
 
 def test_registry_builds_shockwave():
@@ -47,6 +47,39 @@ def test_resolve_reports_planned_packed_and_trimmed_gpu_rounds():
     assert 0 <= info["plan_gpus_lost"] <= info["plan_gpus"]
     # scored as laid out, the plan is never better than as the solver chose it
     assert info["objective_placed"] <= info["objective"] + 1e-9
+
+
+def test_the_plan_is_what_the_window_holds_after_the_capped_re_solve():
+    """Where the priority layout cannot hold the rounds the aggregated market chose, the
+    market is solved again with each job capped at what that layout gives it: every re-solve
+    then plans exactly the GPU-rounds laid out, and scores the same as placed."""
+    from shockslurm.sim.run import SimConfig, simulate
+    from shockslurm.workload.generator import GeneratorConfig, generate
+
+    res = simulate(generate(GeneratorConfig()), "shockwave", SimConfig(gpus=8))
+    solves = [r.info for r in res.rounds if "planned_gpu_rounds" in r.info]
+    assert sum(1 for i in solves if i["layout_cut_gpu_rounds"] > 0) >= len(solves) // 2
+    for info in solves:
+        assert info["packed_gpu_rounds"] == info["planned_gpu_rounds"]
+        assert info["objective_placed"] == pytest.approx(info["objective"], abs=1e-9)
+
+
+def test_round_cap_bounds_the_rounds_the_market_gives():
+    import numpy as np
+
+    from shockslurm.policies.shockwave.market import MarketInput, solve_market
+
+    cfg = ShockwaveConfig()
+    inp = MarketInput(gang=np.array([1, 1]), frac_done=np.zeros(2),
+                      full_rounds=np.array([4.0, 4.0]), remaining_rounds=np.array([4.0, 4.0]),
+                      priority=np.ones(2), f_lower=np.array([0.5, 0.0]), gpus=2, rounds=4,
+                      k_round=0.1)
+    kw = {"breakpoints": cfg.log_breakpoints, "log_zero": cfg.log_zero, "integer": True,
+          "gap": 1e-6, "time_limit_s": 10.0, "mip_time_limit_s": 10.0}
+    assert solve_market(inp, **kw).rounds.tolist() == [4, 4]
+    capped = solve_market(dataclasses.replace(inp, round_cap=np.array([1.0, 3.0])), **kw)
+    assert capped.rounds.tolist() == [1, 3]         # the cap wins over the FTF lower bound
+    assert capped.progress[0] <= 0.25 + 1e-9
 
 
 def test_placed_objective_charges_the_rounds_a_job_did_not_get():
@@ -216,8 +249,9 @@ def test_pack_plans_no_round_beyond_what_the_nodes_can_place():
     nodes = parse_cluster_shape("2x4")
     gang = {1: 3, 2: 3, 3: 2}
     plan = pack([1, 2, 3], {1: 2, 2: 2, 3: 2}, gang, gpus=8, horizon=3, nodes=nodes)
-    # job 3 finds room only in the last round: it loses one of its two rounds
-    assert [sorted(r) for r in plan] == [[1, 2], [1, 2], [3]]
+    # in priority order job 3 would find room only in the last round and lose one of its two
+    # rounds; job 1 keeps its block, job 2 (after it) and job 3 are spread over the rest
+    assert [sorted(r) for r in plan] == [[1, 2], [1, 3], [2, 3]]
     for r in plan:
         assert not place(nodes, {j: gang[j] for j in r}).unplaced
     # one pool of 8 would have packed all three into each of the first two rounds

@@ -20,9 +20,9 @@ Definitions:
 - **Re-solve time**: the policy's time in the rounds where it re-solved (`info["resolved"]`;
   every round for a policy that does not say).
 - **Placement loss**: planned GPU-rounds that did not run. Two parts:
-  `pack_loss` = 1 - (GPU-rounds `pack` laid out in the window) / (GPU-rounds the market chose,
-  `sum_j gang_j n_j`), summed over Shockwave's re-solves: the work the aggregated program
-  plans but no round-by-round layout holds; and `round_loss` = GPUs of the round's plan that did
+  `pack_loss` = 1 - (GPU-rounds `pack` laid out in the window) / (GPU-rounds of the market's
+  plan, `sum_j gang_j n_j`, after the planner's capped re-solve), summed over Shockwave's
+  re-solves: the work the program plans but no round-by-round layout holds; and `round_loss` = GPUs of the round's plan that did
   not run (trimmed by the policy's work conservation, or left `unplaced` by the round loop's
   placement) / GPUs of the round's plan, summed over rounds (for a baseline: its allocation as
   planned, before placement). `placement_loss = 1 - (1 - pack_loss)(1 - round_loss)`.

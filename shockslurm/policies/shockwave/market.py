@@ -5,8 +5,9 @@ piecewise-linear log. Two observations make it small:
 
 1. Nothing in its objective or constraints depends on *which* window rounds a job gets, only on
    how many: `n_j = sum_t x[j,t]`. The capacity of the rounds is then `sum_j w_j n_j <= G T` plus
-   `n_j <= T`; where the gang sizes do not tile the rounds exactly, the packing step of the
-   planner (`planner.pack`) repairs the plan (it replaces the reference's ordering MILP).
+   `n_j <= T`. The planner lays the rounds out round by round (`packing.py`; it replaces the
+   reference's ordering MILP) and, where its layout cannot hold what the market chose, solves
+   again with each job capped at the rounds the layout gives it (`MarketInput.round_cap`).
 2. The log utility enters the objective with a positive weight and is concave, so the SOS2
    emulation is equivalent to the epigraph `u_j <= v_k + s_k (x_j - b_k)` over the segments of
    the breakpoints (no booleans), and `max_j r_j` is an epigraph variable `M`.
@@ -98,6 +99,7 @@ class MarketInput:
     k_round: float           # k * L (weight of M, in rounds)
     tail_weight: float = 0.0  # weight (relative to M) of sum_j max(0, r_j/L - drain)
     drain_rounds: float = 0.0  # rounds the cluster needs after the window for all remaining work
+    round_cap: np.ndarray | None = None  # most rounds each job may get (None: T)
 
     @property
     def rounds_per_job(self) -> np.ndarray:
@@ -197,6 +199,10 @@ def solve_market(inp: MarketInput, *, breakpoints: Sequence[float], log_zero: fl
     f_hi = np.clip(1.0 - inp.frac_done, 0.0, 1.0)
     f_lo = np.minimum(np.maximum(inp.f_lower, 0.0), f_hi)
     nmax = np.minimum(np.ceil(a * f_hi - 1e-9), T).astype(float)
+    if inp.round_cap is not None:
+        nmax = np.minimum(nmax, inp.round_cap)
+        f_hi = np.minimum(f_hi, nmax / a)
+        f_lo = np.minimum(f_lo, f_hi)
     bk, vk, sk = segments(breakpoints, log_zero)
     K = len(sk)
 

@@ -13,13 +13,18 @@ Per round (`allocate`):
    bounds; if infeasible (or no solution in time), the relaxed market with priorities
    `min(cap, rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish within a
    round). "now" is the snapshot's clock (the reference uses round count x L).
-4. The chosen rounds per job are packed into the window's rounds (`pack`, each round holding only
-   what `placement` can place on the snapshot's nodes): jobs behind target
-   that cannot fit beside the jobs planned for every round first, then those, then highest
-   priority (then highest rho), each job on the earliest block of consecutive rounds with room for
-   its gang, else on the earliest rounds with room (jobs that do not fit lose rounds). The
-   re-solve's `info` says what was lost: `planned_gpu_rounds` (sum of gang x rounds the market
-   chose), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
+4. The chosen rounds per job are laid out in the window's rounds, each round holding only what
+   `placement` can place on the snapshot's nodes, in priority order: jobs behind target that
+   cannot fit beside the jobs planned for every round first, then those, then highest priority
+   (then highest rho), each on the earliest block of consecutive rounds with room for its gang
+   (`packing.priority_rounds`). The market's capacity is aggregate, so that layout may not hold
+   everything it chose: the market is then solved again with each job capped at the rounds the
+   layout gives it (`MarketInput.round_cap`), and its plan is what the window holds.
+   `packing.pack` lays the plan out (the priority layout when it holds the plan, else its
+   longest head with the rest spread over the roomiest rounds). The re-solve's `info` says
+   `layout_cut_gpu_rounds` (what the first solve chose beyond the layout; `capped_status`, the
+   second solve's status, when there was one), `planned_gpu_rounds` (sum of gang x rounds of
+   the plan), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
    objective with each job's progress cut to the rounds it was given (`objective` is the
    solver's, before packing).
 5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
@@ -32,17 +37,19 @@ or, without one, schedules greedily by fairness ratio; it logs a warning either 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
-from ...model import Node, RoundPlan, Snapshot, pool
+from ...model import RoundPlan, Snapshot
 from ...placement import NodeBook
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
+from .packing import pack, priority_rounds
 
 log = logging.getLogger(__name__)
 
@@ -55,31 +62,6 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
     vals = np.asarray([f for _, f in series])
     avg = float(vals[0]) if gaps.sum() <= 0 else exact_dot(gaps / gaps.sum(), vals)
     return momentum * avg + (1.0 - momentum) * float(vals[-1])
-
-
-def pack(order: list[int], rounds: dict[int, int], gang: dict[int, int], gpus: int,
-         horizon: int, nodes: Sequence[Node] = ()) -> list[list[int]]:
-    """Place each job's rounds in the window, in `order`: the earliest block of consecutive rounds
-    with room, else the earliest rounds with room. Room is what `placement` can still place in
-    the round on `nodes` (one pool of `gpus` without them), so no round holds more than can be
-    placed."""
-    books = [NodeBook(nodes or pool(gpus)) for _ in range(horizon)]
-    plan: list[list[int]] = [[] for _ in range(horizon)]
-    for j in order:
-        n = min(int(rounds.get(j, 0)), horizon)
-        if n <= 0:
-            continue
-        ok = np.fromiter((b.can_take(gang[j]) for b in books), dtype=bool, count=horizon)
-        if n == horizon:
-            slots = np.flatnonzero(ok)
-        else:
-            c = np.concatenate([[0], np.cumsum(ok)])
-            full = np.flatnonzero(c[n:] - c[:-n] == n)
-            slots = np.arange(full[0], full[0] + n) if len(full) else np.flatnonzero(ok)[:n]
-        for t in slots:
-            books[int(t)].take(gang[j])
-            plan[int(t)].append(j)
-    return plan
 
 
 def plan_gpus_for_round(snap: Snapshot, chosen: list[int], run: list[int]) -> dict[str, int]:
@@ -197,15 +179,19 @@ class Shockwave:
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
-        inputs: list[MarketInput] = []
+        inputs: list[MarketInput] = []      # the program of each solve that found a plan
+
+        def solve(inp: MarketInput) -> MarketResult:
+            result = solve_market(inp, breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
+                                  integer=integer, gap=cfg.solver_gap,
+                                  time_limit_s=deadline - time.perf_counter(),
+                                  mip_time_limit_s=cfg.mip_time_limit_s)
+            if result.ok:
+                inputs.append(inp)
+            return result
 
         def run(priority: np.ndarray, f_lower: np.ndarray) -> MarketResult:
-            inputs.append(MarketInput(priority=priority, f_lower=f_lower, **base))
-            return solve_market(inputs[-1],
-                                breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero,
-                                integer=integer, gap=cfg.solver_gap,
-                                time_limit_s=deadline - time.perf_counter(),
-                                mip_time_limit_s=cfg.mip_time_limit_s)
+            return solve(MarketInput(priority=priority, f_lower=f_lower, **base))
 
         # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
         slack = share * (cfg.rhomax * target - (snap.now + T * L))
@@ -222,7 +208,7 @@ class Shockwave:
             res = run(prio, np.zeros(N))
         status = res.status
         ids = [v.job_id for v in views]
-        packing: dict[str, float] = {}
+        packing: dict[str, Any] = {}
         if res.ok:
             assert res.rounds is not None and res.progress is not None   # what ok means
             # Jobs behind their fairness target whose gang cannot fit beside the jobs planned
@@ -231,13 +217,28 @@ class Shockwave:
             # short whole-cluster job behind one 1-GPU job planned for the window starved for
             # two hours on the built-in workload). Then the jobs planned for every window round
             # (placed late they would find the rounds fragmented), then by priority.
-            assert res.rounds is not None          # a solution has its rounds
-            full: np.ndarray = res.rounds >= T
+            chosen, progress = res.rounds, res.progress
+            full: np.ndarray = chosen >= T
             crowded = behind & (gang > snap.gpus - int(gang[full].sum()))
             order = sorted(range(N), key=lambda i: (not crowded[i], not full[i], -prio[i],
                                                     -rho[i], ids[i]))
-            rounds = {ids[i]: int(res.rounds[i]) for i in range(N)}
+            rounds = {ids[i]: int(chosen[i]) for i in range(N)}
             gangs = {v.job_id: v.gang_size for v in views}
+            # The market's capacity is aggregate (sum of gang x rounds <= G T): where the
+            # priority layout cannot hold what it chose, solve again with each job capped at the
+            # rounds that layout gives it, so that the plan is what runs (module docstring).
+            fits = priority_rounds([ids[i] for i in order], rounds, gangs, snap.gpus, T,
+                                   nodes=snap.nodes)
+            cap = np.array([fits[j] for j in ids], dtype=float)
+            cut = int(exact_dot(gang, chosen - cap))
+            if cut > 0:
+                again = solve(dataclasses.replace(inputs[-1], round_cap=cap))
+                if again.rounds is not None and again.progress is not None:
+                    res, chosen, progress = again, again.rounds, again.progress
+                    rounds = {ids[i]: int(chosen[i]) for i in range(N)}
+                packing["capped_status"] = again.status
+            packing["layout_cut_gpu_rounds"] = cut
+            # `pack` keeps that layout when it holds the plan, and spreads the tail otherwise
             self.plan = pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
                              nodes=snap.nodes)
             self.plan_round = snap.round_index
@@ -246,11 +247,11 @@ class Shockwave:
             for rnd in self.plan:
                 for j in rnd:
                     placed[index[j]] += 1
-            packing = {"planned_gpu_rounds": int(exact_dot(gang, res.rounds)),
-                       "packed_gpu_rounds": int(exact_dot(gang, placed)),
-                       "objective_placed": placed_objective(
-                           inputs[-1], res.progress, placed, breakpoints=cfg.log_breakpoints,
-                           log_zero=cfg.log_zero)}
+            packing.update({"planned_gpu_rounds": int(exact_dot(gang, chosen)),
+                            "packed_gpu_rounds": int(exact_dot(gang, placed)),
+                            "objective_placed": placed_objective(
+                                inputs[-1], progress, placed,
+                                breakpoints=cfg.log_breakpoints, log_zero=cfg.log_zero)})
         else:
             status = f"fallback:{status}"
             offset = snap.round_index - self.plan_round

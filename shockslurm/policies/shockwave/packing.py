@@ -1,0 +1,124 @@
+"""Laying the market's rounds per job out in the window's rounds.
+
+The market chooses how many rounds each job runs in the window under an aggregated capacity
+(`sum_j gang_j n_j <= G T`); these functions say which rounds. Two rules, each deterministic:
+
+- **In priority order** (`order`): each job takes the earliest block of consecutive rounds with
+  room for its gang, else the earliest rounds with room. The round about to run then holds the
+  jobs that need it most, and a job keeps running without switches. But it front-loads: the
+  first rounds fill, and the last jobs in the order may find fewer rounds with room than they
+  were given, while the free GPUs sit in later rounds that already hold them.
+  `priority_rounds` says what each job gets this way; the planner re-solves the market with
+  those as caps, so that its plan fits this layout.
+- **Roomiest first**: the jobs by decreasing gang, then decreasing rounds, each on the rounds
+  with the most free GPUs (ties: the earliest) that can take its gang. This spreads the load
+  evenly over the rounds, so it lays out what the aggregated capacity allows far more often
+  (with 1-GPU gangs always: the Gale-Ryser construction).
+
+`pack` keeps the priority rule for as long a head of `order` as it can while the rest of the
+jobs, laid roomiest first, still lose nothing: the whole order when the priority rule alone loses
+nothing, the longest such head (found by bisection) otherwise, and the priority rule alone (losing
+rounds) when even the roomiest rule loses some. Room is what `placement` can still place in a
+round on the nodes (one pool of `gpus` without them), so no round holds more than can be placed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...model import Node, pool
+from ...placement import NodeBook
+
+
+def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,
+         horizon: int, nodes: Sequence[Node] = ()) -> list[list[int]]:
+    """The window's rounds, each the jobs it holds (module docstring)."""
+    jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
+    want = {j: min(int(rounds[j]), horizon) for j in jobs}
+    layout = _Layout(jobs, want, gang, nodes or pool(gpus), horizon)
+    whole = layout.lay(len(jobs))
+    if not whole.lost or layout.lay(0).lost:
+        return whole.plan
+    ok, bad = 0, len(jobs)                  # a head of `ok` jobs works, one of `bad` does not
+    while bad - ok > 1:
+        mid = (ok + bad) // 2
+        if not layout.lay(mid).lost:
+            ok = mid
+        else:
+            bad = mid
+    return layout.lay(ok).plan
+
+
+def priority_rounds(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
+                    gpus: int, horizon: int, nodes: Sequence[Node] = ()) -> dict[int, int]:
+    """The rounds each job of `order` gets when the priority rule alone lays out the window (at
+    most `rounds[j]`; fewer where its gang finds too few rounds with room)."""
+    jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
+    want = {j: min(int(rounds[j]), horizon) for j in jobs}
+    got = dict.fromkeys(order, 0)
+    for r in _Layout(jobs, want, gang, nodes or pool(gpus), horizon).lay(len(jobs)).plan:
+        for j in r:
+            got[j] += 1
+    return got
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """One layout: the rounds' jobs and the GPU-rounds it could not lay out."""
+
+    plan: list[list[int]]
+    lost: int
+
+
+class _Layout:
+    """The jobs, their rounds and gangs, and the nodes of a round: `lay(head)` lays the first
+    `head` jobs by the priority rule and the rest roomiest first, on fresh rounds."""
+
+    def __init__(self, jobs: list[int], want: Mapping[int, int], gang: Mapping[int, int],
+                 nodes: Sequence[Node], horizon: int) -> None:
+        self.jobs, self.want, self.gang = jobs, want, gang
+        self.nodes, self.horizon = nodes, horizon
+
+    def lay(self, head: int) -> _Trial:
+        books = [NodeBook(self.nodes) for _ in range(self.horizon)]
+        plan: list[list[int]] = [[] for _ in range(self.horizon)]
+        lost = 0
+        for j in self.jobs[:head]:
+            lost += self._take(j, _in_order(books, self.gang[j], self.want[j]), books, plan)
+        rest = sorted(range(head, len(self.jobs)),
+                      key=lambda i: (-self.gang[self.jobs[i]], -self.want[self.jobs[i]], i))
+        for i in rest:
+            j = self.jobs[i]
+            lost += self._take(j, _roomiest(books, self.gang[j], self.want[j]), books, plan)
+        return _Trial(plan, lost)
+
+    def _take(self, j: int, slots: Sequence[int], books: list[NodeBook],
+              plan: list[list[int]]) -> int:
+        """Lay job `j` on `slots`; the GPU-rounds it lost."""
+        for t in slots:
+            books[t].take(self.gang[j])
+            plan[t].append(j)
+        return (self.want[j] - len(slots)) * self.gang[j]
+
+
+def _in_order(books: Sequence[NodeBook], gang: int, n: int) -> list[int]:
+    """The earliest block of `n` consecutive rounds that can take the gang, else the earliest
+    rounds that can (fewer than `n` when fewer have room)."""
+    horizon = len(books)
+    ok = np.fromiter((b.can_take(gang) for b in books), dtype=bool, count=horizon)
+    if n < horizon:
+        c = np.concatenate([[0], np.cumsum(ok)])
+        full = np.flatnonzero(c[n:] - c[:-n] == n)
+        if len(full):
+            return list(range(int(full[0]), int(full[0]) + n))
+    return [int(t) for t in np.flatnonzero(ok)[:n]]
+
+
+def _roomiest(books: Sequence[NodeBook], gang: int, n: int) -> list[int]:
+    """The `n` rounds with the most free GPUs that can take the gang (ties: the earliest), in
+    round order; fewer when fewer have room."""
+    fits = [t for t, b in enumerate(books) if b.can_take(gang)]
+    return sorted(sorted(fits, key=lambda t: (-books[t].free_gpus, t))[:n])
