@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from shockslurm.cli.main import cli
 from shockslurm.policies import REGISTRY
-from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, objective_drop,
-                                    parse_sizes, placement_loss, ratio, ratio_table, resolve_times,
-                                    size_summary, sim_config)
+from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, layout_cut,
+                                    objective_drop, parse_sizes, placement_loss, ratio,
+                                    ratio_table, resolve_times, size_summary, sim_config)
 from shockslurm.sim.run import RoundRecord
 
 
@@ -27,7 +27,8 @@ def row(policy: str, seed: int, gate: str = UNGATED, size: str = "10/4", **metri
         ) -> dict[str, Any]:
     base = {"makespan_s": 100.0, "avg_jct_s": 50.0, "worst_rho": 2.0, "unfair_fraction": 0.1,
             "resolve_median_s": 0.1, "resolve_max_s": 0.2, "pack_loss": 0.0,
-            "round_loss": 0.0, "placement_loss": 0.0, "fallbacks": 0, "objective_drop": 0.0}
+            "round_loss": 0.0, "placement_loss": 0.0, "fallbacks": 0, "objective_drop": 0.0,
+            "layout_cut": 0.0}
     return {"size": size, "seed": seed, "policy": policy, "gate": gate, **base, **metrics}
 
 
@@ -79,6 +80,14 @@ def test_placement_loss_of_a_baseline_counts_unplaced_jobs_against_its_allocatio
     loss = placement_loss(rounds, {2: 4})
     assert loss == {"pack_loss": 0.0, "round_loss": pytest.approx(4 / 16),
                     "placement_loss": pytest.approx(4 / 16)}
+
+
+def test_layout_cut_is_the_share_of_the_first_solve_the_layout_could_not_hold() -> None:
+    rounds = [rec({"uncapped_gpu_rounds": 100, "layout_cut_gpu_rounds": 6}),
+              rec({"uncapped_gpu_rounds": 50, "layout_cut_gpu_rounds": 0}),
+              rec({"resolved": False}), rec({"plan_gpus": 8, "plan_gpus_lost": 0})]
+    assert layout_cut(rounds) == pytest.approx(6 / 150)
+    assert layout_cut([rec({})]) == 0.0
 
 
 def test_objective_drop_is_the_median_relative_loss_of_the_placed_plan() -> None:

@@ -37,8 +37,9 @@ def format_tables(ratios: Sequence[Row], summary: Sequence[Row]) -> str:
                   f"{s['unfair_fraction']:.1%}; re-solve median {s['resolve_median_s']:.3f} s, "
                   f"max {s['resolve_max_s']:.2f} s; placement loss median "
                   f"{s['placement_loss']:.2%} (pack {s['pack_loss']:.2%}, round "
-                  f"{s['round_loss']:.2%}), max {s['placement_loss_max']:.2%}; objective "
-                  f"as placed {s['objective_drop']:.1%} below the solver's; "
+                  f"{s['round_loss']:.2%}), max {s['placement_loss_max']:.2%}; layout cut "
+                  f"{s['layout_cut']:.1%}; objective as placed {s['objective_drop']:.1%} "
+                  f"below the solver's; "
                   f"fallbacks {s['fallbacks']}",
                   "",
                   "| policy | gate | makespan | avg JCT | worst rho | unfair | unfair (theirs) |",

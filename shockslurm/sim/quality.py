@@ -26,6 +26,10 @@ Definitions:
   not run (trimmed by the policy's work conservation, or left `unplaced` by the round loop's
   placement) / GPUs of the round's plan, summed over rounds (for a baseline: its allocation as
   planned, before placement). `placement_loss = 1 - (1 - pack_loss)(1 - round_loss)`.
+- **Layout cut**: `layout_cut` = (GPU-rounds the first solve chose that the priority layout
+  could not hold) / (GPU-rounds the first solve chose), summed over Shockwave's re-solves: what
+  the aggregated program over-promises and the capped re-solve takes back (before it, this was
+  the pack loss).
 - **Objective drop**: the median over Shockwave's re-solves of
   `(objective - objective_placed) / |objective|`: how much worse the market's objective scores
   with each job's progress cut to the rounds `pack` gave it.
@@ -164,6 +168,16 @@ def placement_loss(rounds: Iterable[RoundRecord], gangs: Mapping[int, int]) -> d
     return {"pack_loss": pack, "round_loss": trim, "placement_loss": 1 - (1 - pack) * (1 - trim)}
 
 
+def layout_cut(rounds: Iterable[RoundRecord]) -> float:
+    """`layout_cut` (module docstring) of one run; 0 without re-solves that report it."""
+    cut = chose = 0
+    for r in rounds:
+        if "uncapped_gpu_rounds" in r.info:
+            cut += int(r.info["layout_cut_gpu_rounds"])
+            chose += int(r.info["uncapped_gpu_rounds"])
+    return cut / chose if chose else 0.0
+
+
 def objective_drop(rounds: Iterable[RoundRecord]) -> float:
     """Median over Shockwave's re-solves of how much worse the plan scores as `pack` laid it out
     than as the solver chose it: `(objective - objective_placed) / |objective|` (0 without
@@ -189,6 +203,7 @@ def run_row(case: Case, result: SimResult, gangs: Mapping[int, int]) -> Row:
             "resolve_max_s": max(times, default=0.0),
             "fallbacks": fallbacks,
             "objective_drop": objective_drop(result.rounds),
+            "layout_cut": layout_cut(result.rounds),
             **placement_loss(result.rounds, gangs)}
 
 
@@ -221,7 +236,8 @@ def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
 
 def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     """Per size, the reference policy's medians over seeds of `RATIO_METRICS`, its median and
-    largest re-solve time, its median and largest placement loss, and its fallbacks."""
+    largest re-solve time, its median and largest placement loss, its median layout cut, and its
+    fallbacks."""
     groups: dict[str, list[Row]] = {}
     for r in rows:
         if r["policy"] == reference:
@@ -237,6 +253,7 @@ def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
                     "placement_loss": statistics.median(r["placement_loss"] for r in group),
                     "placement_loss_max": max(r["placement_loss"] for r in group),
                     "objective_drop": statistics.median(r["objective_drop"] for r in group),
+                    "layout_cut": statistics.median(r["layout_cut"] for r in group),
                     "fallbacks": sum(r["fallbacks"] for r in group)})
     return out
 

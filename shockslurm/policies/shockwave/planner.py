@@ -22,8 +22,9 @@ Per round (`allocate`):
    layout gives it (`MarketInput.round_cap`), and its plan is what the window holds.
    `packing.pack` lays the plan out (the priority layout when it holds the plan, else its
    longest head with the rest spread over the roomiest rounds). The re-solve's `info` says
-   `layout_cut_gpu_rounds` (what the first solve chose beyond the layout; `capped_status`, the
-   second solve's status, when there was one), `planned_gpu_rounds` (sum of gang x rounds of
+   `uncapped_gpu_rounds` (sum of gang x rounds the first solve chose), `layout_cut_gpu_rounds`
+   (what of it the layout could not hold; `capped_status`, the second solve's status, when
+   there was one), `planned_gpu_rounds` (sum of gang x rounds of
    the plan), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
    objective with each job's progress cut to the rounds it was given (`objective` is the
    solver's, before packing).
@@ -231,6 +232,7 @@ class Shockwave:
                                    nodes=snap.nodes)
             cap = np.array([fits[j] for j in ids], dtype=float)
             cut = int(exact_dot(gang, chosen - cap))
+            packing["uncapped_gpu_rounds"] = int(exact_dot(gang, chosen))
             if cut > 0:
                 again = solve(dataclasses.replace(inputs[-1], round_cap=cap))
                 if again.rounds is not None and again.progress is not None:
