@@ -24,6 +24,7 @@ round on the nodes (one pool of `gpus` without them), so no round holds more tha
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,13 +37,11 @@ from ...placement import NodeBook
 def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,
          horizon: int, nodes: Sequence[Node] = ()) -> list[list[int]]:
     """The window's rounds, each the jobs it holds (module docstring)."""
-    jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
-    want = {j: min(int(rounds[j]), horizon) for j in jobs}
-    layout = _Layout(jobs, want, gang, nodes or pool(gpus), horizon)
-    whole = layout.lay(len(jobs))
+    layout = _Layout.of(order, rounds, gang, nodes or pool(gpus), horizon)
+    whole = layout.lay(len(layout.jobs))
     if not whole.lost or layout.lay(0).lost:
         return whole.plan
-    ok, bad = 0, len(jobs)                  # a head of `ok` jobs works, one of `bad` does not
+    ok, bad = 0, len(layout.jobs)           # a head of `ok` jobs works, one of `bad` does not
     while bad - ok > 1:
         mid = (ok + bad) // 2
         if not layout.lay(mid).lost:
@@ -56,13 +55,9 @@ def priority_rounds(order: list[int], rounds: Mapping[int, int], gang: Mapping[i
                     gpus: int, horizon: int, nodes: Sequence[Node] = ()) -> dict[int, int]:
     """The rounds each job of `order` gets when the priority rule alone lays out the window (at
     most `rounds[j]`; fewer where its gang finds too few rounds with room)."""
-    jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
-    want = {j: min(int(rounds[j]), horizon) for j in jobs}
-    got = dict.fromkeys(order, 0)
-    for r in _Layout(jobs, want, gang, nodes or pool(gpus), horizon).lay(len(jobs)).plan:
-        for j in r:
-            got[j] += 1
-    return got
+    layout = _Layout.of(order, rounds, gang, nodes or pool(gpus), horizon)
+    got = Counter(j for r in layout.lay(len(layout.jobs)).plan for j in r)
+    return {j: got[j] for j in order}
 
 
 @dataclass(frozen=True)
@@ -81,6 +76,13 @@ class _Layout:
                  nodes: Sequence[Node], horizon: int) -> None:
         self.jobs, self.want, self.gang = jobs, want, gang
         self.nodes, self.horizon = nodes, horizon
+
+    @classmethod
+    def of(cls, order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
+           nodes: Sequence[Node], horizon: int) -> _Layout:
+        """The jobs of `order` with rounds, each wanting at most the window."""
+        jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
+        return cls(jobs, {j: min(int(rounds[j]), horizon) for j in jobs}, gang, nodes, horizon)
 
     def lay(self, head: int) -> _Trial:
         books = [NodeBook(self.nodes) for _ in range(self.horizon)]
