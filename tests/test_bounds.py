@@ -37,6 +37,17 @@ def test_makespan_bound_takes_the_latest_heavy_arrival_and_the_longest_job() -> 
         makespan_bound([], gpus=4)
 
 
+def test_makespan_bound_takes_given_run_times_in_place_of_the_exclusive_ones() -> None:
+    # the same 4-GPU pair at 0 s and four 2-GPU jobs at 300 s, but each late job runs 50 s
+    # where its rules let it (the work after 300 s: 400 GPU-s on 4 GPUs, ending at 400 s); the
+    # early pair's 800 GPU-s from 0 s then end at 200 s at the earliest.
+    early = [make_spec(k, gang=4, epochs=1, bs=10, samples=1000) for k in range(2)]
+    late = [make_spec(2 + k, gang=2, epochs=1, bs=10, samples=1000, arrival=300.0)
+            for k in range(4)]
+    runtimes = {0: 100.0, 1: 100.0, 2: 50.0, 3: 50.0, 4: 50.0, 5: 50.0}
+    assert makespan_bound(early + late, gpus=4, runtimes=runtimes) == pytest.approx(400.0)
+
+
 def test_jobs_that_fit_together_bound_at_one() -> None:
     jobs = [make_spec(k, gang=1, epochs=1, bs=10, samples=500, arrival=7.0 * k) for k in range(3)]
     assert worst_rho_bound(jobs, gpus=4) == pytest.approx(1.0, abs=0.005)

@@ -13,10 +13,13 @@ from click.testing import CliRunner
 
 from shockslurm.cli.main import cli
 from shockslurm.policies import REGISTRY
+from shockslurm.sim.bounds import makespan_bound
 from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, layout_cut,
-                                    objective_drop, parse_sizes, placement_loss, ratio,
-                                    ratio_table, resolve_times, size_summary, sim_config)
-from shockslurm.sim.run import RoundRecord
+                                    makespan_floor, objective_drop, parse_sizes, placement_loss,
+                                    ratio, ratio_table, resolve_times, size_summary, sim_config,
+                                    solo_runtimes, workload)
+from shockslurm.sim.run import RoundRecord, simulate
+from shockslurm.workload.reference_like import catalogue_throughputs
 
 
 def rec(info: dict[str, Any], gpus_used: int = 0, solve_s: float = 0.0) -> RoundRecord:
@@ -28,7 +31,7 @@ def row(policy: str, seed: int, gate: str = UNGATED, size: str = "10/4", **metri
     base = {"makespan_s": 100.0, "avg_jct_s": 50.0, "worst_rho": 2.0, "unfair_fraction": 0.1,
             "resolve_median_s": 0.1, "resolve_max_s": 0.2, "pack_loss": 0.0,
             "round_loss": 0.0, "placement_loss": 0.0, "fallbacks": 0, "objective_drop": 0.0,
-            "layout_cut": 0.0}
+            "layout_cut": 0.0, "makespan_floor_s": 80.0, "makespan_over_floor": 1.25}
     return {"size": size, "seed": seed, "policy": policy, "gate": gate, **base, **metrics}
 
 
@@ -139,6 +142,33 @@ def test_size_summary_reports_the_reference_medians_maxima_and_fallbacks() -> No
     assert s["fallbacks"] == 1
 
 
+def test_ratio_table_and_size_summary_carry_the_makespan_floor() -> None:
+    rows = [row("shockwave", 1, makespan_floor_s=90.0, makespan_over_floor=1.1),
+            row("shockwave", 2, makespan_floor_s=70.0, makespan_over_floor=1.3),
+            row("shockwave", 3, makespan_floor_s=80.0, makespan_over_floor=1.2),
+            row("fifo", 1, makespan_over_floor=1.5), row("fifo", 2, makespan_over_floor=1.9),
+            row("fifo", 3, makespan_over_floor=1.4)]
+    (s,) = size_summary(rows)
+    assert (s["makespan_floor_s"], s["makespan_over_floor"]) == (80.0, 1.2)
+    (entry,) = ratio_table(rows)
+    assert entry["makespan_over_floor"] == 1.5
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_policy_ends_the_matrix_workload_below_its_makespan_floor(seed: int) -> None:
+    case = Case(16, 4, seed, "fifo", UNGATED)
+    jobs = workload(case.jobs, case.gpus, case.seed, catalogue_throughputs())
+    floor = makespan_floor(jobs, case)
+    for policy in ("fifo", "max_min_fairness", "shockwave"):
+        got = simulate(jobs, policy, sim_config(Case(16, 4, seed, policy, "nogate"))).metrics
+        assert got.makespan_s >= floor - 1e-6, policy
+    # in the reference mode the reference's batch-size rules set a job's pace, not its profile:
+    # some job runs faster or slower alone than its exclusive time says, so that is no floor
+    alone = solo_runtimes(jobs, case)
+    assert any(abs(alone[j.job_id] - j.exclusive_runtime_s) > 1.0 for j in jobs)
+    assert floor != pytest.approx(makespan_bound(jobs, case.gpus))
+
+
 def test_frontier_points_label_gates() -> None:
     rows = [row("shockwave", 1, makespan_s=10.0, worst_rho=1.0),
             row("max_min_fairness", 1, gate="nogate", makespan_s=12.0, worst_rho=3.0)]
@@ -160,6 +190,8 @@ def test_bench_quality_runs_a_tiny_matrix_end_to_end_and_the_same_in_a_process_p
     (summary,) = doc["summary"]
     assert summary["size"] == "12/4" and summary["fallbacks"] == 0
     assert 0.0 <= summary["placement_loss"] < 1.0
+    assert summary["makespan_floor_s"] > 0 and summary["makespan_over_floor"] >= 1.0
+    assert "makespan (theirs) / floor" in result.output
     assert (plots / "quality-12x4.png").stat().st_size > 1000
     again = CliRunner().invoke(cli, ["bench", "quality", "--sizes", "12/4", "--seeds", "2",
                                      "--policies", "max_min_fairness,fifo", "--workers", "2",

@@ -30,6 +30,11 @@ Definitions:
   could not hold) / (GPU-rounds the first solve chose), summed over Shockwave's re-solves: what
   the aggregated program over-promises and the capped re-solve takes back (before it, this was
   the pack loss).
+- **Makespan floor**: `bounds.makespan_bound` of the workload on the case's GPUs with each job's
+  run time alone under the matrix's rules (`solo_runtimes`: fifo with a GPU for every gang, so
+  each job runs every round from its first; in the `reference` mode the reference's batch-size
+  rules, not the profile, set a job's pace). No policy's makespan is below it, so a baseline's
+  `makespan_over_floor` is the largest makespan ratio any scheduler could reach against it.
 - **Objective drop**: the median over Shockwave's re-solves of
   `(objective - objective_placed) / |objective|`: how much worse the market's objective scores
   with each job's progress cut to the rounds `pack` gave it.
@@ -40,7 +45,7 @@ from __future__ import annotations
 import math
 import statistics
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -48,6 +53,7 @@ from ..model import JobSpec, parse_cluster_shape
 from ..policies import PolicySettings
 from ..workload.reference import Throughputs, reference_jobs
 from ..workload.reference_like import ReferenceLikeConfig, generate_reference_like
+from .bounds import makespan_bound
 from .run import RoundRecord, SimConfig, SimResult, simulate
 
 SIZES: tuple[tuple[int, int], ...] = ((120, 32), (220, 64), (460, 128), (900, 256),
@@ -58,6 +64,8 @@ REFERENCE_INTERARRIVAL_S = 42.0
 """The 120-job trace's mean inter-arrival time, drawn for 32 GPUs."""
 RATIO_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
 ROW_METRICS = (*RATIO_METRICS, "median_rho", "utilization", "sim_wall_s")
+Floors = dict[tuple[int, int, int], float]
+"""(jobs, GPUs, seed) -> the workload's makespan floor."""
 GATES: dict[str, tuple[float, bool]] = {
     "gate": (PolicySettings.min_resolve_interval_s, PolicySettings.idle_unallocated),
     "nogate": (0.0, False)}
@@ -189,8 +197,9 @@ def objective_drop(rounds: Iterable[RoundRecord]) -> float:
     return statistics.median(drops) if drops else 0.0
 
 
-def run_row(case: Case, result: SimResult, gangs: Mapping[int, int]) -> Row:
-    """One simulation as a plain row: the case, its metrics, re-solve times, placement loss."""
+def run_row(case: Case, result: SimResult, gangs: Mapping[int, int], floor_s: float) -> Row:
+    """One simulation as a plain row: the case, its metrics, the workload's makespan floor and
+    how far above it the run ended, re-solve times, placement loss."""
     metrics = result.as_dict()
     times = resolve_times(result.rounds)
     fallbacks = sum(1 for r in result.rounds
@@ -198,6 +207,7 @@ def run_row(case: Case, result: SimResult, gangs: Mapping[int, int]) -> Row:
     return {"size": case.size, "jobs": case.jobs, "gpus": case.gpus, "seed": case.seed,
             "policy": case.policy, "gate": case.gate,
             **{k: metrics[k] for k in ROW_METRICS},
+            "makespan_floor_s": floor_s, "makespan_over_floor": metrics["makespan_s"] / floor_s,
             "resolves": len(times),
             "resolve_median_s": statistics.median(times) if times else 0.0,
             "resolve_max_s": max(times, default=0.0),
@@ -216,8 +226,8 @@ def ratio(baseline: float, reference: float) -> float:
 
 def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     """Per (size, policy, gate) other than the reference: the median over seeds of each
-    `RATIO_METRICS` ratio against the reference's run on the same workload, and the median of
-    the metric itself. Seeds without a reference run are left out. First-seen order."""
+    `RATIO_METRICS` ratio against the reference's run on the same workload, the median of the
+    metric itself, and of its makespan over the workload's floor. Seeds without a reference run are left out. First-seen order."""
     refs = {(r["size"], r["seed"]): r for r in rows if r["policy"] == reference}
     groups: dict[tuple[str, str, str], list[Row]] = {}
     for r in rows:
@@ -230,12 +240,14 @@ def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
             entry[f"{m}_ratio"] = statistics.median(
                 ratio(r[m], refs[(size, r["seed"])][m]) for r in group)
             entry[m] = statistics.median(r[m] for r in group)
+        entry["makespan_over_floor"] = statistics.median(r["makespan_over_floor"] for r in group)
         out.append(entry)
     return out
 
 
 def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
-    """Per size, the reference policy's medians over seeds of `RATIO_METRICS`, its median and
+    """Per size, the reference policy's medians over seeds of `RATIO_METRICS`, of the makespan
+    floor and of its makespan over the floor, its median and
     largest re-solve time, its median and largest placement loss, its median layout cut, and its
     fallbacks."""
     groups: dict[str, list[Row]] = {}
@@ -246,6 +258,9 @@ def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     for size, group in groups.items():
         out.append({"size": size, "policy": reference, "seeds": len(group),
                     **{m: statistics.median(r[m] for r in group) for m in RATIO_METRICS},
+                    "makespan_floor_s": statistics.median(r["makespan_floor_s"] for r in group),
+                    "makespan_over_floor": statistics.median(
+                        r["makespan_over_floor"] for r in group),
                     "resolve_median_s": statistics.median(r["resolve_median_s"] for r in group),
                     "resolve_max_s": max(r["resolve_max_s"] for r in group),
                     "pack_loss": statistics.median(r["pack_loss"] for r in group),
@@ -270,14 +285,44 @@ def frontier_points(rows: Sequence[Row], size: str) -> list[tuple[str, float, fl
 
 
 # ---------------------------------------------------------------------------- running it
-def run_case(case: Case, table: Throughputs) -> Row:
+def solo_runtimes(jobs: Sequence[JobSpec], case: Case) -> dict[int, float]:
+    """Each job's run time alone under the case's simulator rules: fifo with a GPU for every gang
+    (one pool), so every job runs every round from its first; from that round's start to the
+    job's completion (its start's restart charge included)."""
+    alone = replace(case, gpus=sum(j.gang_size for j in jobs), policy="fifo", gate=UNGATED,
+                    node_gpus=0)
+    result = simulate(jobs, "fifo", sim_config(alone))
+    first: dict[int, float] = {}
+    for r in result.rounds:
+        for job_id in r.run:
+            first.setdefault(job_id, r.start_s)
+    return {o.job_id: o.completion_s - first[o.job_id] for o in result.outcomes}
+
+
+def makespan_floor(jobs: Sequence[JobSpec], case: Case) -> float:
+    """The makespan no policy beats on the case's workload and GPUs (module docstring), taking a
+    job to run fastest when it runs every round."""
+    return makespan_bound(jobs, case.gpus, solo_runtimes(jobs, case))
+
+
+def workload_floors(matrix: Sequence[Case], table: Throughputs) -> Floors:
+    """The makespan floor of every workload in `matrix` (nodes do not lower it: one pool)."""
+    floors: Floors = {}
+    for case in matrix:
+        key = (case.jobs, case.gpus, case.seed)
+        if key not in floors:
+            floors[key] = makespan_floor(workload(case.jobs, case.gpus, case.seed, table), case)
+    return floors
+
+
+def run_case(case: Case, table: Throughputs, floor_s: float) -> Row:
     """Simulate one case (deterministic: the same case gives the same row but for times)."""
     jobs = workload(case.jobs, case.gpus, case.seed, table)
     result = simulate(jobs, case.policy, sim_config(case))
-    return run_row(case, result, {j.job_id: j.gang_size for j in jobs})
+    return run_row(case, result, {j.job_id: j.gang_size for j in jobs}, floor_s)
 
 
-def _run_case_args(args: tuple[Case, Throughputs]) -> Row:
+def _run_case_args(args: tuple[Case, Throughputs, float]) -> Row:
     return run_case(*args)
 
 
@@ -290,15 +335,17 @@ def quality_runs(matrix: Sequence[Case], table: Throughputs, workers: int = 1,
             progress(f"[{i + 1}/{len(matrix)}] {case.size} seed {case.seed} {case.policy} "
                      f"{case.gate}")
 
+    floors = workload_floors(matrix, table)
+    args = [(c, table, floors[(c.jobs, c.gpus, c.seed)]) for c in matrix]
     if workers <= 1:
         rows = []
-        for i, case in enumerate(matrix):
-            note(i, case)
-            rows.append(run_case(case, table))
+        for i, arg in enumerate(args):
+            note(i, arg[0])
+            rows.append(run_case(*arg))
         return rows
     with ProcessPoolExecutor(workers) as pool:
         rows = []
-        for i, row in enumerate(pool.map(_run_case_args, [(c, table) for c in matrix])):
+        for i, row in enumerate(pool.map(_run_case_args, args)):
             note(i, matrix[i])
             rows.append(row)
         return rows
