@@ -227,7 +227,8 @@ def ratio(baseline: float, reference: float) -> float:
 def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     """Per (size, policy, gate) other than the reference: the median over seeds of each
     `RATIO_METRICS` ratio against the reference's run on the same workload, the median of the
-    metric itself, and of its makespan over the workload's floor. Seeds without a reference run are left out. First-seen order."""
+    metric itself, and of its makespan over the workload's floor. Seeds without a reference run
+    are left out. First-seen order."""
     refs = {(r["size"], r["seed"]): r for r in rows if r["policy"] == reference}
     groups: dict[tuple[str, str, str], list[Row]] = {}
     for r in rows:
