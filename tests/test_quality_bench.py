@@ -51,6 +51,13 @@ def test_cases_run_gated_policies_with_and_without_the_gate_and_the_others_once(
         (2, "max_min_fairness", "gate"), (2, "max_min_fairness", "nogate")]
 
 
+def test_cases_carry_each_policys_options() -> None:
+    matrix = cases([(10, 4)], [1], ["shockwave", "fifo"], gated=lambda p: REGISTRY[p].gavel,
+                   options={"shockwave": {"tail_weight": 10.0, "k": 0.01}})
+    assert [(c.policy, c.options) for c in matrix] == [
+        ("shockwave", (("k", 0.01), ("tail_weight", 10.0))), ("fifo", ())]
+
+
 def test_sim_config_sets_the_gate_and_splits_nodes() -> None:
     gate = sim_config(Case(10, 16, 1, "max_min_fairness", "gate"))
     nogate = sim_config(Case(10, 16, 1, "max_min_fairness", "nogate", node_gpus=8))
@@ -202,6 +209,30 @@ def test_bench_quality_runs_a_tiny_matrix_end_to_end_and_the_same_in_a_process_p
     runs2 = [{k: v for k, v in r.items() if k not in strip}
              for r in json.loads((tmp_path / "again.json").read_text())["runs"]]
     assert runs == runs2
+
+
+def test_bench_quality_passes_policy_options_to_the_policies_that_take_them(
+        tmp_path: Path) -> None:
+    base = ["bench", "quality", "--sizes", "16/4", "--seeds", "1", "--policies", "fifo"]
+    plain = CliRunner().invoke(cli, base + ["--json", str(tmp_path / "plain.json")])
+    pushed = CliRunner().invoke(cli, base + ["--policy-option", "k=1",
+                                             "--json", str(tmp_path / "k.json")])
+    assert plain.exit_code == 0 and pushed.exit_code == 0, pushed.output
+    assert "shockwave options: k=1" in pushed.output
+    doc = json.loads((tmp_path / "k.json").read_text())
+    assert doc["policy_options"] == {"shockwave": {"k": 1}}
+    mine = [r for r in doc["runs"] if r["policy"] == "shockwave"]
+    before = [r for r in json.loads((tmp_path / "plain.json").read_text())["runs"]
+              if r["policy"] == "shockwave"]
+    assert mine[0]["makespan_s"] != before[0]["makespan_s"]   # the option reached the market
+
+
+def test_bench_quality_refuses_an_option_no_policy_takes_and_the_matrix_settings() -> None:
+    base = ["bench", "quality", "--sizes", "12/4", "--seeds", "1", "--policies", "fifo"]
+    for bad, words in (("nope=1", "policy.nope"), ("round_s=60", "policy.round_s")):
+        result = CliRunner().invoke(cli, base + ["--policy-option", bad])
+        assert result.exit_code != 0 and words in result.output, result.output
+        assert "Traceback" not in result.output
 
 
 def test_bench_quality_refuses_bad_sizes_and_policies() -> None:

@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 import click
 
-from ..errors import ShockslurmError
+from ..errors import ConfigError, ShockslurmError
+from ..ops.config import SETTINGS_KEYS, assign_policy_options, parse_policy_assignments
 from ..policies import REGISTRY
 from ..sim.quality import (REFERENCE, SIZES, Row, cases, parse_sizes, quality_runs, ratio_table,
                            size_label, size_summary, write_frontier_plots)
@@ -75,6 +76,17 @@ def _policy_list(value: str) -> list[str]:
     return names
 
 
+def _policy_options(names: list[str], assignments: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each policy's options from --policy-option. The matrix sets the policy settings (round
+    length, gate) itself, so a `PolicySettings` key is refused."""
+    given = parse_policy_assignments(assignments, "--policy-option")
+    for name in given:
+        if name in SETTINGS_KEYS:
+            raise ConfigError("the quality matrix sets this itself (rounds of 120 s, its gates)",
+                              source="--policy-option", field=f"policy.{name}")
+    return assign_policy_options(names, given, dict.fromkeys(given, "--policy-option"))
+
+
 def _table(throughputs: Path | None) -> Throughputs:
     if throughputs is None:
         click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
@@ -95,13 +107,17 @@ def _table(throughputs: Path | None) -> Throughputs:
               help="Policies, comma-separated (shockwave is always added).")
 @click.option("--node-gpus", type=click.IntRange(min=0), default=0, show_default=True,
               help="Split the GPUs into nodes of this many (0: one pool).")
+@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
+              help="A policy option (repeatable) for the chosen policies that take it, e.g. "
+                   "'tail_weight=10' for shockwave; VALUE is read as TOML (else as a string).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Simulations at once (a process pool; results are the same, the solve times "
                    "are not comparable with a sequential run's).")
 @json_option("Write every run, the ratios and the per-size summary to this JSON file.")
 @plot_option("Write a frontier plot (makespan vs worst rho) per size into this folder.")
 def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str, node_gpus: int,
-                workers: int, json_out: Path | None, plot_dir: Path | None) -> None:
+                policy_option: tuple[str, ...], workers: int, json_out: Path | None,
+                plot_dir: Path | None) -> None:
     """Shockwave against every baseline on reference-like workloads (contended: the 120-job
     trace's load per GPU), the baselines with and without the Gavel gate: median ratios per
     size, re-solve times and placement loss, as Markdown (JSON with --json)."""
@@ -114,18 +130,24 @@ def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str,
                                  param_hint="--node-gpus")
     names = _policy_list(policies)
     try:
+        options = _policy_options(names, policy_option)
         table = _table(throughputs)
         matrix = cases(size_list, range(1, seeds + 1), names,
-                       gated=lambda p: REGISTRY[p].gavel, node_gpus=node_gpus)
+                       gated=lambda p: REGISTRY[p].gavel, node_gpus=node_gpus, options=options)
         rows = quality_runs(matrix, table, workers=workers,
                             progress=lambda m: click.echo(m, err=True))
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     ratios, summary = ratio_table(rows), size_summary(rows)
+    for policy, given in options.items():
+        if given:
+            click.echo(f"{policy} options: "
+                       + ", ".join(f"{k}={v}" for k, v in sorted(given.items())) + "\n")
     click.echo(format_tables(ratios, summary))
     if json_out is not None:
         document = {"sizes": [size_label(j, g) for j, g in size_list], "seeds": seeds,
                     "policies": names, "node_gpus": node_gpus,
+                    "policy_options": {p: o for p, o in options.items() if o},
                     "throughputs": str(throughputs) if throughputs else "catalogue",
                     "summary": summary, "ratios": ratios, "runs": rows}
         try:

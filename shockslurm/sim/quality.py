@@ -86,6 +86,7 @@ class Case:
     policy: str
     gate: str               # a key of GATES, or UNGATED
     node_gpus: int = 0      # 0: one pool
+    options: tuple[tuple[str, Any], ...] = ()   # the policy's options (key, value), sorted
 
     @property
     def size(self) -> str:
@@ -114,15 +115,18 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
 
 
 def cases(sizes: Sequence[tuple[int, int]], seeds: Sequence[int], policies: Sequence[str],
-          gated: Callable[[str], bool], node_gpus: int = 0) -> list[Case]:
+          gated: Callable[[str], bool], node_gpus: int = 0,
+          options: Mapping[str, Mapping[str, Any]] | None = None) -> list[Case]:
     """Every simulation of the matrix, size by size, seed by seed; a policy with a Gavel gate
-    (`gated`) runs with and without it, the others once."""
+    (`gated`) runs with and without it, the others once; `options` (policy -> its options)
+    go with each of the policy's cases."""
     out = []
     for jobs, gpus in sizes:
         for seed in seeds:
             for policy in policies:
                 gates = tuple(GATES) if gated(policy) else (UNGATED,)
-                out += [Case(jobs, gpus, seed, policy, g, node_gpus) for g in gates]
+                given = tuple(sorted((options or {}).get(policy, {}).items()))
+                out += [Case(jobs, gpus, seed, policy, g, node_gpus, given) for g in gates]
     return out
 
 
@@ -291,7 +295,7 @@ def solo_runtimes(jobs: Sequence[JobSpec], case: Case) -> dict[int, float]:
     (one pool), so every job runs every round from its first; from that round's start to the
     job's completion (its start's restart charge included)."""
     alone = replace(case, gpus=sum(j.gang_size for j in jobs), policy="fifo", gate=UNGATED,
-                    node_gpus=0)
+                    node_gpus=0, options=())
     result = simulate(jobs, "fifo", sim_config(alone))
     first: dict[int, float] = {}
     for r in result.rounds:
@@ -319,7 +323,7 @@ def workload_floors(matrix: Sequence[Case], table: Throughputs) -> Floors:
 def run_case(case: Case, table: Throughputs, floor_s: float) -> Row:
     """Simulate one case (deterministic: the same case gives the same row but for times)."""
     jobs = workload(case.jobs, case.gpus, case.seed, table)
-    result = simulate(jobs, case.policy, sim_config(case))
+    result = simulate(jobs, case.policy, sim_config(case), policy_options=dict(case.options))
     return run_row(case, result, {j.job_id: j.gang_size for j in jobs}, floor_s)
 
 
