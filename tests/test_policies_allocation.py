@@ -8,6 +8,8 @@ import time
 import cvxpy as cp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shockslurm.model import JobView
 from shockslurm.policies.allox import AlloX
@@ -226,6 +228,36 @@ def test_allox_prefers_older_candidates_and_gang_gets_inverse_size():
     # A gang is never "fixed": next call it re-enters the matching but keeps its copied 1/sf.
     x = policy.fractions(jobs[1:] + [jobs[0]], 1, 2000.0)
     assert x[0] == 0.25
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_allox_large_path_picks_what_the_matching_picks(n: int, data: st.DataObject) -> None:
+    # distinct times left: the matching's first jobs are the shortest ones, up to the ties
+    # between equally good matchings when the candidates do not fill whole rounds of workers
+    m = data.draw(st.integers(1, 14))
+    rems = data.draw(st.lists(st.integers(1, 10_000), min_size=m, max_size=m, unique=True))
+    by_id = {i: jv(i, rem=float(r)) for i, r in enumerate(rems)}
+    cands = list(by_id)
+    matched = set(AlloX._first_on_each_worker(cands, {i: 0.0 for i in cands}, n, by_id))
+    fast = AlloX._shortest(cands, n, by_id)
+    by_time = sorted(cands, key=lambda i: rems[i])
+    assert set(fast) == set(by_time[:n])
+    if m <= n or m % n == 0:
+        assert matched == set(fast)
+    else:
+        top = m % n                      # the jobs on the last, partly filled round of workers
+        assert len(matched) == n and set(by_time[:top]) <= matched <= set(by_time[:top + n])
+
+
+def test_allox_takes_the_large_path_above_the_matrix_limit(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    rems = [400.0, 100.0, 300.0, 200.0, 250.0, 50.0]
+    jobs = [jv(i, rem=r) for i, r in enumerate(rems)]
+    small = AlloX(alpha=1.0).fractions(jobs, 3, 100.0)
+    monkeypatch.setattr("shockslurm.policies.allox.MATCHING_MAX_CELLS", 0)
+    large = AlloX(alpha=1.0).fractions(jobs, 3, 100.0)
+    assert large == small and {j for j, v in large.items() if v > 0} == {1, 3, 5}
 
 
 # ------------------------------------------------------------------------------------ Themis
