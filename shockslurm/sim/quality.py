@@ -358,7 +358,8 @@ def quality_runs(matrix: Sequence[Case], table: Throughputs, workers: int = 1,
 
 def write_frontier_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     """One PNG per size: median makespan (x) against median worst rho (y) of every policy and
-    gate; Shockwave in red. Returns the files written."""
+    gate; Shockwave in red, the median makespan floor as a dashed line. Returns the files
+    written."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -375,6 +376,12 @@ def write_frontier_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                        marker="*" if mine else "o", s=160 if mine else 40, zorder=3)
             ax.annotate(label, (makespan / 3600, rho), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
+        floors = [r["makespan_floor_s"] for r in rows
+                  if r["size"] == size and r["policy"] == REFERENCE and "makespan_floor_s" in r]
+        if floors:
+            ax.axvline(statistics.median(floors) / 3600, color="tab:green", linestyle="--",
+                       label="makespan floor (median)")
+            ax.legend(loc="upper right", fontsize=7)
         ax.set_xlabel("median makespan (h)")
         ax.set_ylabel("median worst rho")
         ax.set_title(f"{size} jobs/GPUs: lower left is better")
