@@ -7,9 +7,10 @@ Reproduces the reference's behaviour, quirks included:
   capacity accounting is loose (the round scheduler's packing decides what really runs).
 - candidates: the non-fixed jobs, oldest arrival first (stable), cut to
   ``max(int(alpha * count), free_workers)``.
-- cost ``Q = [1 p | 2 p | ... | m p] + D`` (summed as the reference sums it) with ``p[i, w] = R_i / T_i`` and ``D[i, :] = A_i``; D is a
-  per-row constant that cannot change the optimum, but it is kept, with the same column order, so
-  scipy's ``linear_sum_assignment`` breaks the many ties exactly as in the reference.
+- cost ``Q = [1 p | 2 p | ... | m p] + D`` with ``p[i, w] = R_i / T_i`` and ``D[i, :] = A_i``; D is a
+  per-row constant that cannot change the optimum, but it is kept (added as the reference adds
+  it), with the same column order, so scipy's ``linear_sum_assignment`` breaks the many ties
+  exactly as in the reference.
 - on each worker the job with the largest multiplier block runs first and gets ``1/sf``.
 
 The cost matrix has ``m x n m`` entries (m candidates, n free workers): 2,048 of each at 5,000
