@@ -87,3 +87,57 @@ def test_removed_settings_are_unknown(name: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config({"daemon": {"policy": "shockwave"}, "policy": {name: 1}}, source="d.toml")
     assert err.value.field == f"policy.{name}" and "no chosen policy takes" in str(err.value)
+
+
+def test_switch_cost_takes_policy_options(tmp_path: Path) -> None:
+    """`bench switch-cost --policy-option`: the option reaches the policy (another schedule),
+    the JSON says which; a key no chosen policy takes and a benchmark setting are refused."""
+    runner = CliRunner()
+    trace = tmp_path / "t.jsonl"
+    assert runner.invoke(cli, ["trace", "generate", "--jobs", "12", "--seed", "3",
+                               "--out", str(trace)]).exit_code == 0
+    base = ["bench", "switch-cost", "--trace", str(trace), "--cluster", "2x4",
+            "--restart-overhead", "20", "--policy", "shockwave"]
+    runs = []
+    for extra in ([], ["--policy-option", "future_rounds=2"]):
+        out = tmp_path / "s.json"
+        result = runner.invoke(cli, [*base, *extra, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(out.read_text()))
+    assert runs[0]["policy_options"] == {}
+    assert runs[1]["policy_options"] == {"shockwave": {"future_rounds": 2}}
+    assert runs[0]["runs"][0]["avg_jct_s"] != runs[1]["runs"][0]["avg_jct_s"]
+    bad = runner.invoke(cli, [*base[:-1], "fifo", "--policy-option", "k=1"])
+    assert bad.exit_code != 0 and "field 'policy.k'" in bad.output
+    gate = runner.invoke(cli, [*base, "--policy-option", "min_resolve_interval_s=0"])
+    assert gate.exit_code != 0 and "the benchmark sets this itself" in gate.output
+    assert "Traceback" not in bad.output + gate.output
+
+
+def test_bench_live_passes_policy_options_to_the_daemon_and_the_prediction(tmp_path: Path
+                                                                           ) -> None:
+    from shockslurm.livebench.arms import ArmSettings, daemon_config
+    from shockslurm.ops.config import load_config
+
+    path = tmp_path / "daemon.toml"
+    path.write_text(daemon_config("shockwave", ArmSettings(workdir=tmp_path), tmp_path, "lb-",
+                                  {"tail_weight": 0.5, "fill_order": "rho",
+                                   "log_breakpoints": [0, 0.5, 1]}))
+    cfg = load_config(path, {})
+    assert cfg.policy_options == {"tail_weight": 0.5, "fill_order": "rho",
+                                  "log_breakpoints": [0, 0.5, 1]}
+    runner = CliRunner()
+    base = ["bench", "live", "--simulate-only", "--cluster", "4x8", "--seed", "12",
+            "--arms", "native,shockwave", "--time-scale", "0.15", "--round-seconds", "15"]
+    docs = []
+    for extra in ([], ["--policy-option", "future_rounds=2"]):
+        out = tmp_path / "b.json"
+        result = runner.invoke(cli, [*base, *extra, "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        docs.append(json.loads(out.read_text()))
+    assert docs[1]["policy_options"] == {"shockwave": {"future_rounds": 2}}
+    (native0, shock0), (native1, shock1) = ([a["simulated"] for a in d["arms"]] for d in docs)
+    assert native0 == native1                      # native takes no option
+    assert shock0["avg_jct_s"] != shock1["avg_jct_s"]
+    alone = runner.invoke(cli, [*base[:-6], "--arms", "native", "--policy-option", "k=1"])
+    assert alone.exit_code == 2 and "no policy arm" in alone.output

@@ -242,3 +242,75 @@ def test_simulate_only_prints_each_arm_and_the_bounds_without_slurm(tmp_path: Pa
     assert other.exit_code == 0
     bad = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4y8"])
     assert bad.exit_code != 0 and "4y8" in bad.output and "Traceback" not in bad.output
+
+
+def _run(arm: str, repeat: int, makespan: float, jct: float, rho: float, **extra: object
+         ) -> dict[str, object]:
+    return {"arm": arm, "repeat": repeat, "makespan_s": makespan, "avg_jct_s": jct,
+            "worst_rho": rho, "stops": extra.get("stops", 0),
+            "idle_gpu_s": {"pending_fits": extra.get("idle", 0.0)},
+            "switch_usr1_to_successor_running_s": extra.get("switch"),
+            "simulated": {"makespan_s": makespan + 1, "avg_jct_s": jct}}
+
+
+REPEATED = [_run("native", 1, 400.0, 160.0, 1.8), _run("shockwave", 1, 340.0, 168.0, 1.4,
+                                                          stops=12, idle=500.0,
+                                                          switch={"median": 1.9, "max": 4.9}),
+            _run("native", 2, 380.0, 150.0, 1.7), _run("shockwave", 2, 370.0, 150.0, 2.0,
+                                                          stops=14, idle=700.0,
+                                                          switch={"median": 2.9, "max": 7.1}),
+            _run("native", 3, 370.0, 170.0, 1.9), _run("shockwave", 3, 350.0, 160.0, 1.5,
+                                                          stops=13, idle=600.0, switch=None)]
+
+
+def test_repeated_arms_give_medians_per_arm_in_the_table_shape():
+    from shockslurm.livebench.repeats import arm_medians
+
+    native, shock = arm_medians(REPEATED)
+    assert (native["arm"], native["runs"], shock["runs"]) == ("native", 3, 3)
+    assert native["makespan_s"] == 380.0 and shock["makespan_s"] == 350.0
+    assert shock["avg_jct_s"] == 160.0 and shock["worst_rho"] == 1.5 and shock["stops"] == 13
+    assert shock["range"]["makespan_s"] == {"median": 350.0, "min": 340.0, "max": 370.0}
+    assert shock["idle_gpu_s"] == {"pending_fits": 600.0}
+    # the switch spread: medians of the runs that measured one
+    assert shock["switch_usr1_to_successor_running_s"] == {"median": 2.4, "max": 6.0}
+    assert "switch_usr1_to_successor_running_s" not in native
+    assert shock["simulated"]["makespan_s"] == 351.0
+    assert shock["p99_jct_s"] is None           # no run measured it: no number made up
+    table = markdown_table([native, shock])
+    assert "| makespan s, live (sim) | 380 (381) | 350 (351) |" in table
+    assert "2.4 / 6.0" in table
+
+
+def test_ratios_to_native_are_paired_by_repeat():
+    from shockslurm.livebench.repeats import paired_ratios, ratio_table
+
+    ratios = paired_ratios(REPEATED)
+    assert list(ratios) == ["shockwave"]
+    mk = ratios["shockwave"]["makespan_s"]
+    # per repeat 340/400, 370/380, 350/370: the median is the third (0.946), not the ratio of
+    # the arms' medians (350/380 = 0.921)
+    assert mk["median"] == round(350 / 370, 4) and mk["min"] == round(340 / 400, 4)
+    assert mk["max"] == round(370 / 380, 4) and mk["n"] == 3
+    jct = ratios["shockwave"]["avg_jct_s"]
+    assert jct["median"] == 1.0 and jct["max"] == 1.05    # 168/160, 150/150, 160/170
+    assert ratios["shockwave"]["p99_jct_s"]["median"] is None
+    # a repeat without its native run counts no ratio
+    partial = paired_ratios(REPEATED[:4] + REPEATED[5:])
+    assert partial["shockwave"]["makespan_s"]["n"] == 2
+    assert paired_ratios([r for r in REPEATED if r["arm"] != "native"]) == {}
+    table = ratio_table(ratios)
+    assert "| shockwave | 0.946 (0.850-0.974) |" in table
+
+
+def test_repeat_is_refused_for_a_simulation(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shockslurm.cli.main import cli
+
+    bad = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4x8",
+                                   "--repeat", "3"])
+    assert bad.exit_code == 2 and "--repeat" in bad.output and "Traceback" not in bad.output
+    zero = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4x8",
+                                    "--repeat", "0"])
+    assert zero.exit_code == 2 and "--repeat" in zero.output

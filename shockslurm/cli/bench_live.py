@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import signal
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import ShockslurmError
 from ..model import JobSpec, Node
 from ..policies import REGISTRY
-from .options import json_option, plot_option
+from .options import benchmark_policy_options, json_option, plot_option, policy_option_flag
 
 DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
 DEFAULT_TIME_SCALE = 0.25
@@ -73,6 +75,11 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
 @click.option("--cluster", "cluster_shape_text", default=None,
               help="Nodes as NODESxGPUS (e.g. 4x8) instead of reading the partition from Slurm "
                    "(for --simulate-only away from the cluster).")
+@policy_option_flag("The daemon of each policy arm gets them in its [policy] table, and the "
+                    "arm's prediction too.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run the arms this many times, interleaved (every arm once, then again), "
+                   "and print each arm's medians and its ratios to native paired by repeat.")
 @click.option("--simulate-only", is_flag=True,
               help="Run no arm: print each arm's simulated numbers and the bounds only.")
 @click.option("--restart-overhead", type=click.FloatRange(min=0), default=2.0,
@@ -83,22 +90,28 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
 def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_seconds: float,
              grace_seconds: float, partition: str, native_partition: str, arm_timeout: float,
              workdir: Path | None, seed: int | None, cluster_shape_text: str | None,
-             simulate_only: bool, restart_overhead: float, json_out: Path | None,
+             policy_option: tuple[str, ...], repeat: int, simulate_only: bool, restart_overhead: float, json_out: Path | None,
              plot_dir: Path | None) -> None:
     """Replay a workload on the real Slurm cluster: plain Slurm and each policy through the
     daemon, one arm after another, with the simulator's prediction beside each."""
     from ..livebench import workload as wl
     from ..livebench.arms import ArmSettings, run_arm
+    from ..livebench.repeats import arm_medians, paired_ratios, ratio_table
     from ..livebench.report import markdown_table, measured_switch_s, predict
 
     arm_list = _arms(arms)
+    options = _policy_options(arm_list, policy_option)
     # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
     signal.signal(signal.SIGTERM, _interrupt)
     nodes, trace = _cluster_and_workload(partition, cluster_shape_text, workload_path, seed)
     gpus = sum(n.gpus for n in nodes)
     jobs = wl.scale(trace, time_scale)
     if simulate_only:
-        _simulate_only(jobs, arm_list, nodes, round_seconds, restart_overhead, json_out)
+        if repeat > 1:
+            raise click.UsageError("--repeat needs live arms: a simulation gives the same "
+                                   "numbers every time", ctx=click.get_current_context())
+        _simulate_only(jobs, arm_list, nodes, round_seconds, restart_overhead, json_out,
+                       options)
         return
     directory = workdir or Path(tempfile.mkdtemp(prefix="shockslurm-benchlive-"))
     settings = ArmSettings(workdir=directory, round_seconds=round_seconds,
@@ -114,21 +127,37 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
                 "bounds": bounds,
                 "round_seconds": round_seconds, "grace_seconds": grace_seconds,
                 "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
-                "arms": results}
-    for arm in arm_list:
-        try:
-            result = run_arm(arm, jobs, settings, gpus, echo=lambda m: click.echo(m, err=True))
-        except ShockslurmError as exc:
-            raise click.ClickException(f"arm {arm}: {exc}") from None
-        simulated = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result))
-        result["simulated"] = simulated
-        results.append(result)
-        click.echo(f"{arm}: makespan {result.get('makespan_s')} s, avg JCT "
-                   f"{result.get('avg_jct_s')} s (simulated {simulated['makespan_s']}"
-                   f" / {simulated['avg_jct_s']})", err=True)
-        if json_out is not None:     # after every arm: a later failure keeps the earlier ones
-            json_out.write_text(json.dumps(document, indent=2) + "\n")
-    click.echo(markdown_table(results))
+                "policy_options": {a: o for a, o in options.items() if o},
+                "repeat": repeat, "arms": results}
+    for index in range(1, repeat + 1):
+        for arm in arm_list:
+            run_settings = (settings if repeat == 1 else
+                            replace(settings, workdir=directory / f"repeat-{index}"))
+            try:
+                result = run_arm(arm, jobs, run_settings, gpus,
+                                 echo=lambda m: click.echo(m, err=True),
+                                 options=options.get(arm))
+            except ShockslurmError as exc:
+                raise click.ClickException(f"arm {arm}: {exc}") from None
+            simulated = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result),
+                                options.get(arm))
+            result.update(repeat=index, simulated=simulated)
+            results.append(result)
+            click.echo(f"{arm} (run {index} of {repeat}): makespan {result.get('makespan_s')} "
+                       f"s, avg JCT {result.get('avg_jct_s')} s (simulated "
+                       f"{simulated['makespan_s']} / {simulated['avg_jct_s']})", err=True)
+            if repeat > 1:
+                document.update(medians=arm_medians(results), ratios=paired_ratios(results))
+            if json_out is not None:  # after every arm: a later failure keeps the earlier ones
+                json_out.write_text(json.dumps(document, indent=2) + "\n")
+    if repeat == 1:
+        click.echo(markdown_table(results))
+    else:
+        click.echo(f"Medians over {repeat} runs of each arm:\n")
+        click.echo(markdown_table(arm_medians(results)))
+        ratios = paired_ratios(results)
+        if ratios:
+            click.echo("\n" + ratio_table(ratios))
     _echo_bounds(bounds)
     if plot_dir is not None:
         _plots(results, plot_dir)
@@ -151,18 +180,35 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
         raise click.ClickException(str(exc)) from None
 
 
+def _policy_options(arms: list[str], assignments: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each policy arm's options from --policy-option (`native` takes none)."""
+    from ..livebench.arms import NATIVE
+
+    policies = [a for a in arms if a != NATIVE]
+    if assignments and not policies:
+        raise click.BadParameter("no policy arm to take it", param_hint="'--policy-option'")
+    try:
+        return benchmark_policy_options(policies, assignments,
+                                        sets_itself="--round-seconds; the gate is off")
+    except ShockslurmError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...],
-                   round_s: float, restart_overhead_s: float, json_out: Path | None) -> None:
+                   round_s: float, restart_overhead_s: float, json_out: Path | None,
+                   options: dict[str, dict[str, Any]]) -> None:
     """Each arm's prediction and the bounds, without running anything on Slurm."""
     from ..livebench.report import markdown_table, predict
 
     gpus = sum(n.gpus for n in nodes)
-    results = [{"arm": arm, "simulated": predict(jobs, arm, nodes, round_s, restart_overhead_s)}
+    results = [{"arm": arm, "simulated": predict(jobs, arm, nodes, round_s, restart_overhead_s,
+                                                 options.get(arm))}
                for arm in arms]
     bounds = _bounds(jobs, gpus)
     if json_out is not None:
         json_out.write_text(json.dumps({"bounds": bounds, "round_seconds": round_s,
                                         "restart_overhead_s": restart_overhead_s,
+                                        "policy_options": {a: o for a, o in options.items() if o},
                                         "arms": results}, indent=2) + "\n")
     click.echo(markdown_table(results))
     _echo_bounds(bounds)
@@ -187,7 +233,9 @@ def _bounds(jobs: list[JobSpec], gpus: int) -> dict[str, float]:
 def _plots(results: list[dict], plot_dir: Path) -> None:
     from ..ops.plots import RunSeries, write_run_plots
 
-    series = [RunSeries(label=str(r["arm"]), policy=str(r["arm"]),
+    repeated = any(r.get("repeat", 1) != 1 for r in results)
+    series = [RunSeries(label=f"run {r['repeat']} {r['arm']}" if repeated else str(r["arm"]),
+                        policy=str(r["arm"]),
                         timeline=[tuple(b) for b in r["series"]["timeline"]],
                         utilisation=[tuple(s) for s in r["series"]["utilisation"]],
                         rho=list(r["series"]["rho"])) for r in results]

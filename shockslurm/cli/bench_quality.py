@@ -10,14 +10,14 @@ from typing import Any, Sequence
 
 import click
 
-from ..errors import ConfigError, ShockslurmError
-from ..ops.config import SETTINGS_KEYS, assign_policy_options, parse_policy_assignments
+from ..errors import ShockslurmError
 from ..policies import REGISTRY
 from ..sim.quality import (REFERENCE, SIZES, Row, cases, parse_sizes, quality_runs, ratio_table,
                            size_label, size_summary, write_frontier_plots)
 from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
-from .options import json_option, plot_option, policy_list
+from .options import (benchmark_policy_options, json_option, plot_option, policy_list,
+                      policy_option_flag)
 
 DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
 
@@ -76,17 +76,6 @@ def _policy_list(value: str) -> list[str]:
     return names
 
 
-def _policy_options(names: list[str], assignments: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """Each policy's options from --policy-option. The matrix sets the policy settings (round
-    length, gate) itself, so a `PolicySettings` key is refused."""
-    given = parse_policy_assignments(assignments, "--policy-option")
-    for name in given:
-        if name in SETTINGS_KEYS:
-            raise ConfigError("the quality matrix sets this itself (rounds of 120 s, its gates)",
-                              source="--policy-option", field=f"policy.{name}")
-    return assign_policy_options(names, given, dict.fromkeys(given, "--policy-option"))
-
-
 def _table(throughputs: Path | None) -> Throughputs:
     if throughputs is None:
         click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
@@ -107,9 +96,7 @@ def _table(throughputs: Path | None) -> Throughputs:
               help="Policies, comma-separated (shockwave is always added).")
 @click.option("--node-gpus", type=click.IntRange(min=0), default=0, show_default=True,
               help="Split the GPUs into nodes of this many (0: one pool).")
-@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
-              help="A policy option (repeatable) for the chosen policies that take it, e.g. "
-                   "'tail_weight=10' for shockwave; VALUE is read as TOML (else as a string).")
+@policy_option_flag()
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Simulations at once (a process pool; results are the same, the solve times "
                    "are not comparable with a sequential run's).")
@@ -130,7 +117,8 @@ def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str,
                                  param_hint="--node-gpus")
     names = _policy_list(policies)
     try:
-        options = _policy_options(names, policy_option)
+        options = benchmark_policy_options(names, policy_option,
+                                           sets_itself="rounds of 120 s, its gates")
         table = _table(throughputs)
         matrix = cases(size_list, range(1, seeds + 1), names,
                        gated=lambda p: REGISTRY[p].gavel, node_gpus=node_gpus, options=options)

@@ -13,6 +13,7 @@ from ..sim.run import SimConfig
 from ..sim.sweep import median_table, switch_cost_runs
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
+from .options import benchmark_policy_options, policy_list, policy_option_flag
 from .paths import OutputFile, write_output
 
 
@@ -45,14 +46,14 @@ def _numbers(value: str, option: str, kind: type) -> list:
               help="Restart overheads to compare, seconds, comma-separated.")
 @click.option("--policy", "policies", default="shockwave,max_min_fairness,fifo",
               show_default=True, help="Policies, comma-separated.")
+@policy_option_flag()
 @click.option("--json", "json_out", type=OutputFile(),
               help="Also write every run and the medians to this JSON file.")
 def switch_cost_cmd(traces: tuple[Path, ...], seeds: str, jobs: int, jobs_per_hour: float,
-                    shape: str, overheads: str, policies: str, json_out: Path | None) -> None:
+                    shape: str, overheads: str, policies: str, policy_option: tuple[str, ...],
+                    json_out: Path | None) -> None:
     """Median makespan, average JCT and worst rho over workloads per policy and restart
     overhead, as a Markdown table (and JSON with --json)."""
-    from .options import policy_list
-
     names = policy_list(policies)
     costs = _numbers(overheads, "--restart-overhead", float)
     try:
@@ -60,22 +61,27 @@ def switch_cost_cmd(traces: tuple[Path, ...], seeds: str, jobs: int, jobs_per_ho
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cluster") from None
     try:
+        options = benchmark_policy_options(names, policy_option,
+                                           sets_itself="the simulator's default rounds")
         if traces:
             workloads = [read_jobs(t) for t in traces]
         else:
             workloads = [generate(GeneratorConfig(jobs=jobs, seed=s, jobs_per_hour=jobs_per_hour))
                          for s in _numbers(seeds, "--seeds", int)]
         rows = switch_cost_runs(workloads, names, costs, SimConfig.for_nodes(nodes),
-                                progress=lambda m: click.echo(m, err=True))
+                                progress=lambda m: click.echo(m, err=True), options=options)
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     table = median_table(rows)
-    click.echo(f"medians over {len(workloads)} workloads, cluster {shape}")
+    given = {p: o for p, o in options.items() if o}
+    click.echo(f"medians over {len(workloads)} workloads, cluster {shape}"
+               + "".join(f"; {p} " + ", ".join(f"{k}={v}" for k, v in sorted(o.items()))
+                         for p, o in given.items()))
     click.echo("| policy | restart s | makespan s | avg JCT s | worst rho | util |")
     click.echo("|---|---|---|---|---|---|")
     for r in table:
         click.echo(f"| {r['policy']} | {r['restart_overhead_s']:g} | {r['makespan_s']:,.0f} | "
                    f"{r['avg_jct_s']:,.0f} | {r['worst_rho']:.2f} | {r['utilization']:.2f} |")
     if json_out is not None:
-        write_output(json_out, json.dumps({"runs": rows, "medians": table}, indent=2) + "\n",
-                     "--json")
+        write_output(json_out, json.dumps({"policy_options": given, "runs": rows,
+                                           "medians": table}, indent=2) + "\n", "--json")

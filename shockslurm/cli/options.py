@@ -32,3 +32,28 @@ def policy_list(value: str, option: str = "--policy") -> list[str]:
         raise click.BadParameter(f"unknown policy {', '.join(unknown) or '(none)'}; known: "
                                  f"{', '.join(REGISTRY)}", param_hint=option)
     return names
+
+
+def policy_option_flag(help: str = "") -> Callable[[FC], FC]:
+    """`--policy-option KEY=VALUE` (repeatable; the command's `policy_option`)."""
+    return click.option(
+        "--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
+        help="A policy option (repeatable) for the chosen policies that take it, e.g. "
+             "'tail_weight=10' for shockwave; VALUE is read as TOML (else as a string)."
+             + (" " + help if help else ""))
+
+
+def benchmark_policy_options(names: list[str], assignments: tuple[str, ...], *,
+                             sets_itself: str) -> dict[str, dict[str, Any]]:
+    """Each of `names`'s options from `--policy-option`, validated as the daemon validates
+    `[policy]`. A benchmark sets the policy settings (`PolicySettings`: round length, gate)
+    itself, so such a key is a `ConfigError` saying so (`sets_itself`)."""
+    from ..errors import ConfigError
+    from ..ops.config import SETTINGS_KEYS, assign_policy_options, parse_policy_assignments
+
+    given = parse_policy_assignments(assignments, "--policy-option")
+    for name in given:
+        if name in SETTINGS_KEYS:
+            raise ConfigError(f"the benchmark sets this itself ({sets_itself})",
+                              source="--policy-option", field=f"policy.{name}")
+    return assign_policy_options(names, given, dict.fromkeys(given, "--policy-option"))

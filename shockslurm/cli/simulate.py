@@ -21,7 +21,7 @@ from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from ..workload.reference import load_reference_workload
 from .db import DB_HELP, record_simulation
-from .options import json_option, plot_option, policy_list
+from .options import json_option, plot_option, policy_list, policy_option_flag
 from .paths import write_output
 from .progress_bar import DelayedProgress
 from .trace import is_jsonl
@@ -144,10 +144,7 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--policy-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A daemon configuration file (TOML) whose [policy] table sets policy options "
                    "(its other tables are not used).")
-@click.option("--policy-option", "policy_option", multiple=True, metavar="KEY=VALUE",
-              help="A policy option (repeatable; wins over --policy-config), e.g. "
-                   "'future_rounds=30' for shockwave or 'alpha=0.5' for allox; each goes to the "
-                   "chosen policies that take it. VALUE is read as TOML (else as a string).")
+@policy_option_flag("It wins over --policy-config.")
 @json_option("Write the results, one object per policy, to this JSON file.")
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="Show a progress bar on stderr for runs longer than a few seconds.")

@@ -12,5 +12,6 @@ position on USR1.
   utilisation, idle GPU-seconds, switch costs), unit-tested;
 - `standin`: the stand-in job (no torch);
 - `arms`: running one arm (submission, watcher, daemon subprocess, clean-up);
-- `report`: the simulator's prediction for the same workload and the side-by-side table.
+- `report`: the simulator's prediction for the same workload and the side-by-side table;
+- `repeats`: each arm's medians over repeated runs, and its ratios to native paired by repeat.
 """

@@ -29,10 +29,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ShockslurmError
 from ..model import JobSpec
+from ..ops.config import toml_value
 from ..slurm.cli_backend import CliBackend
 from ..slurm.types import JobState
 from .timeline import (JobLine, Poll, Sample, arm_metrics, completion_times, job_runs,
@@ -63,15 +64,17 @@ class ArmSettings:
     python: str = sys.executable
 
 
-def daemon_config(policy: str, settings: ArmSettings, arm_dir: Path, prefix: str) -> str:
-    """The arm's daemon configuration (TOML)."""
+def daemon_config(policy: str, settings: ArmSettings, arm_dir: Path, prefix: str,
+                  options: Mapping[str, Any] | None = None) -> str:
+    """The arm's daemon configuration (TOML); `options` go to its `[policy]` table."""
     gate = ("" if policy in ("shockwave", "fifo") else
             "min_resolve_interval_s = 0\nidle_unallocated = false\n")
+    given = "".join(f"{k} = {toml_value(v)}\n" for k, v in sorted((options or {}).items()))
     return (f"[daemon]\npolicy = \"{policy}\"\nround_seconds = {settings.round_seconds}\n"
             f"grace_seconds = {settings.grace_seconds}\nstop_timeout_seconds = 60\n"
             f"partitions = [\"{settings.managed_partition}\"]\nbackend = \"cli\"\n"
             f"db = \"{arm_dir / 'store.db'}\"\nspool_dir = \"{arm_dir / 'spool'}\"\n"
-            f"job_name_prefix = \"{prefix}\"\nmetrics_port = 0\n\n[policy]\n{gate}")
+            f"job_name_prefix = \"{prefix}\"\nmetrics_port = 0\n\n[policy]\n{gate}{given}")
 
 
 def standin_argv(python: str, plan: Path, state: Path) -> list[str]:
@@ -242,8 +245,10 @@ def _prepare(arm_dir: Path) -> None:
 
 
 def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: int, *,
-            echo: Callable[[str], None] = lambda _: None) -> dict[str, object]:
-    """Run `jobs` (real seconds) as arm `arm` and return its numbers."""
+            echo: Callable[[str], None] = lambda _: None,
+            options: Mapping[str, Any] | None = None) -> dict[str, object]:
+    """Run `jobs` (real seconds) as arm `arm` (a policy arm with the policy's `options`) and
+    return its numbers."""
     arm_dir = settings.workdir / arm
     _prepare(arm_dir)
     prefix = f"lb{secrets.token_hex(2)}-{arm.replace('_', '')[:8]}-"
@@ -262,7 +267,7 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
     try:
         if managed:
             config = arm_dir / "daemon.toml"
-            config.write_text(daemon_config(arm, settings, arm_dir, prefix))
+            config.write_text(daemon_config(arm, settings, arm_dir, prefix, options))
             daemon = DaemonProcess(settings.python, config, arm_dir / "daemon.log", env)
         t0 = time.time()
         watcher = Watcher(prefix, t0)

@@ -14,7 +14,7 @@ live cluster's node shape:
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..model import JobSpec, Node
 from ..policies import PolicySettings
@@ -40,14 +40,17 @@ def measured_switch_s(arm: Mapping[str, object]) -> float:
 
 
 def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s: float,
-            restart_overhead_s: float) -> dict[str, object]:
-    """The simulator's numbers for `arm` on `jobs` (real seconds) and `nodes`."""
+            restart_overhead_s: float, options: Mapping[str, Any] | None = None
+            ) -> dict[str, object]:
+    """The simulator's numbers for `arm` (with the policy's `options`) on `jobs` (real seconds)
+    and `nodes`."""
     native = arm == "native"
     settings = PolicySettings(round_s=NATIVE_ROUND_S if native else round_s,
                               min_resolve_interval_s=0.0, idle_unallocated=False)
     config = SimConfig.for_nodes(nodes, restart_overhead_s=0.0 if native else restart_overhead_s,
                                  settings=settings, fill_on_completion=not native)
-    result = simulate(jobs, "fifo" if native else arm, config)
+    result = simulate(jobs, "fifo" if native else arm, config,
+                      policy_options=None if native else (options or None))
     out: dict[str, object] = {k: round(v, 4) if isinstance(v, float) else v
                               for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
@@ -80,7 +83,7 @@ def markdown_table(arms: Sequence[Mapping[str, object]]) -> str:
             sim = _mapping(a.get("simulated"))
             cells.append(f"{_cell(a.get(key), fmt)} ({_cell(sim.get(key), fmt)})")
         rows.append(f"| {label}, live (sim) | " + " | ".join(cells) + " |")
-    rows.append("| stops | " + " | ".join(str(a.get("stops", "-")) for a in arms) + " |")
+    rows.append("| stops | " + " | ".join(_cell(a.get("stops"), "{:g}") for a in arms) + " |")
     rows.append("| switch USR1 -> successor RUNNING s, median / max | " + " | ".join(
         _spread_cell(a.get("switch_usr1_to_successor_running_s")) for a in arms) + " |")
     rows.append("| USR1 -> job exited s, median / max | " + " | ".join(

@@ -234,13 +234,14 @@ def load_effective(cli_path: str | Path | None = None,
 
 
 # --------------------------------------------------------------------------- rendering
-def _toml(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """`value` as a TOML value (`unset` for None, as the rendered configuration shows it)."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, float) and value.is_integer():
@@ -259,7 +260,7 @@ def effective_toml(cfg: DaemonConfig) -> str:
         if value is None:
             lines.append(f"# {key.name} unset    # {origin}")
             continue
-        text = _toml(value)
+        text = toml_value(value)
         if key.secret:
             text = mask(text)
         lines.append(f"{key.name} = {text}    # {origin}")
@@ -268,10 +269,10 @@ def effective_toml(cfg: DaemonConfig) -> str:
     settings = cfg.policy_settings()
     for name in SETTINGS_KEYS:
         origin = cfg.sources.get(f"policy.{name}", "default")
-        lines.append(f"{name} = {_toml(getattr(settings, name))}    # {origin}")
+        lines.append(f"{name} = {toml_value(getattr(settings, name))}    # {origin}")
     for name, value in sorted(cfg.policy_options.items()):
         if name not in SETTINGS_KEYS:
-            lines.append(f"{name} = {_toml(value)}    # {cfg.sources.get('policy.' + name)}"
+            lines.append(f"{name} = {toml_value(value)}    # {cfg.sources.get('policy.' + name)}"
                          " (policy option)")
     return "\n".join(lines) + "\n"
 
@@ -283,7 +284,7 @@ def markdown_table() -> str:
     for k in KEYS:
         env = f"`{k.env}`" + (f", `{DB_ENV}`" if k.dotted == "daemon.db" else "") if k.env \
             else ""
-        rows.append(f"| `{k.dotted}` | {k.type_name.replace('|', chr(92) + '|')} | `{_toml(k.default)}` | "
+        rows.append(f"| `{k.dotted}` | {k.type_name.replace('|', chr(92) + '|')} | `{toml_value(k.default)}` | "
                     f"{'yes' if k.reload else 'restart'} | {env} | {k.doc} |")
     return "\n".join(rows) + "\n"
 
@@ -307,12 +308,12 @@ def example_toml() -> str:
         for k in KEYS:
             if k.section != section:
                 continue
-            out += textwrap.wrap(f"{k.doc} ({k.type_name}; default {_toml(k.default)}"
+            out += textwrap.wrap(f"{k.doc} ({k.type_name}; default {toml_value(k.default)}"
                                  f"{'' if k.reload else '; [restart]'})", 96,
                                  initial_indent="# ", subsequent_indent="# ",
                                  break_on_hyphens=False)
             if k.default is None:
                 out.append(f"# {k.name} =")
                 continue
-            out.append(f"{'# ' if section == 'policy' else ''}{k.name} = {_toml(k.default)}")
+            out.append(f"{'# ' if section == 'policy' else ''}{k.name} = {toml_value(k.default)}")
     return "\n".join(out) + "\n"

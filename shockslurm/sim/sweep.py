@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..model import JobSpec
 from .run import SimConfig, simulate
@@ -19,8 +19,11 @@ SWEEP_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "utilization")
 
 def switch_cost_runs(workloads: Sequence[Sequence[JobSpec]], policies: Sequence[str],
                      overheads: Sequence[float], base: SimConfig,
-                     progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """One row per (workload index, policy, restart overhead) with the run's `SWEEP_METRICS`."""
+                     progress: Callable[[str], None] | None = None,
+                     options: Mapping[str, Mapping[str, Any]] | None = None
+                     ) -> list[dict[str, Any]]:
+    """One row per (workload index, policy, restart overhead) with the run's `SWEEP_METRICS`;
+    `options`: each policy's options (policy -> its keyword arguments)."""
     rows = []
     for w, jobs in enumerate(workloads):
         for overhead in overheads:
@@ -28,7 +31,8 @@ def switch_cost_runs(workloads: Sequence[Sequence[JobSpec]], policies: Sequence[
             for policy in policies:
                 if progress is not None:
                     progress(f"workload {w + 1}/{len(workloads)}, {policy}, {overhead:g} s")
-                m = simulate(jobs, policy, config).as_dict()
+                given = (options or {}).get(policy) or None
+                m = simulate(jobs, policy, config, policy_options=given).as_dict()
                 rows.append({"workload": w, "policy": policy, "restart_overhead_s": overhead,
                              **{k: m[k] for k in SWEEP_METRICS}})
     return rows

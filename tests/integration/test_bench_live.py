@@ -1,8 +1,9 @@
 """A short smoke of `shockslurm bench live` on the real test cluster: five 8-GPU stand-in jobs
 (40 GPUs asked of 32, 24 s each alone, arriving over 8 s), arms `native` (plain sbatch on the
 unmanaged `urgent` partition) and `shockwave` (the real daemon as a subprocess, jobs through
-shocksub, reports through the signed spool). Each arm takes about a minute. Both arms must
-complete every job and the JSON must carry every field the README's table is made of."""
+shocksub, reports through the signed spool), each run twice (`--repeat 2`). Each arm takes
+about a minute. Every run must complete every job, the JSON must carry every field the README's
+table is made of, and the medians and paired ratios must be those of the runs."""
 
 from __future__ import annotations
 
@@ -41,13 +42,15 @@ def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
             str(workload), "--arms", "native,shockwave", "--time-scale", "1",
             "--round-seconds", "6", "--grace-seconds", "5", "--arm-timeout", "150",
             "--workdir", str(tmp_path / "work"), "--json", str(out),
-            "--plot", str(tmp_path / "plots")]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=420)
+            "--plot", str(tmp_path / "plots"), "--repeat", "2"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=840)
     assert result.returncode == 0, result.stderr[-3000:]
     doc = json.loads(out.read_text())
-    arms = {a["arm"]: a for a in doc["arms"]}
-    assert set(arms) == {"native", "shockwave"}
-    for name, arm in arms.items():
+    # interleaved: every arm once, then every arm again
+    assert [(a["arm"], a["repeat"]) for a in doc["arms"]] == [
+        ("native", 1), ("shockwave", 1), ("native", 2), ("shockwave", 2)]
+    for run in doc["arms"]:
+        name, arm = run["arm"], run
         assert not arm["timed_out"] and not arm["failed_jobs"], (name, arm)
         assert arm["completed"] == arm["jobs"] == 5, (name, arm)
         assert all(field in arm for field in ARM_FIELDS), (name, sorted(arm))
@@ -55,14 +58,28 @@ def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
         assert 48 <= arm["makespan_s"] < 150, (name, arm["makespan_s"])
         assert 0 < arm["utilization"] <= 1
         assert arm["simulated"]["makespan_s"] > 0
-    assert arms["native"]["simulated"]["policy"] == "fifo"
-    managed = arms["shockwave"]
+    native_runs = [a for a in doc["arms"] if a["arm"] == "native"]
+    shock_runs = [a for a in doc["arms"] if a["arm"] == "shockwave"]
+    assert native_runs[0]["simulated"]["policy"] == "fifo"
+    medians = {m["arm"]: m for m in doc["medians"]}
+    for name, runs in (("native", native_runs), ("shockwave", shock_runs)):
+        low, high = sorted(r["makespan_s"] for r in runs)
+        assert medians[name]["runs"] == 2
+        assert medians[name]["makespan_s"] == round((low + high) / 2, 4)
+        assert medians[name]["range"]["makespan_s"]["min"] == low
+    ratio = doc["ratios"]["shockwave"]["avg_jct_s"]
+    pairs = sorted(s["avg_jct_s"] / n["avg_jct_s"] for n, s in zip(native_runs, shock_runs))
+    assert ratio["n"] == 2 and ratio["min"] == round(pairs[0], 4)
+    assert "Medians over 2 runs of each arm" in result.stdout
+    assert "| shockwave | " in result.stdout        # the paired ratio table
+    managed = shock_runs[-1]
     assert all(field in managed for field in DAEMON_FIELDS), sorted(managed)
     assert managed["releases"] >= 5 and managed["daemon_rounds"] >= 5
     # every stand-in reported through the signed spool: the daemon stored its reports
-    rejected = tmp_path / "work" / "shockwave" / "spool.rejected"
+    arm_dir = tmp_path / "work" / "repeat-2" / "shockwave"
+    rejected = arm_dir / "spool.rejected"
     assert not rejected.exists() or not any(rejected.iterdir())
-    with sqlite3.connect(tmp_path / "work" / "shockwave" / "store.db") as db:
+    with sqlite3.connect(arm_dir / "store.db") as db:
         (reporting,) = db.execute("SELECT COUNT(DISTINCT job_pk) FROM throughput_samples")\
             .fetchone()
         (epochs,) = db.execute("SELECT COUNT(*) FROM job_events WHERE kind = 'epoch_done'")\
@@ -70,6 +87,7 @@ def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
     assert reporting == 5 and epochs > 0
     assert "| makespan s, live (sim) |" in result.stdout
     assert (tmp_path / "plots" / "rho-by-policy.png").exists()
+    assert (tmp_path / "plots" / "run-2-shockwave-timeline.png").exists()
     # nothing of either arm is left in Slurm
     left = subprocess.run(["squeue", "-h", "-o", "%j %T"], capture_output=True, text=True,
                           timeout=30).stdout
