@@ -8,7 +8,7 @@ import signal
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +16,9 @@ from ..errors import ShockslurmError
 from ..model import JobSpec, Node
 from ..policies import REGISTRY
 from .options import benchmark_policy_options, json_option, plot_option, policy_option_flag
+
+if TYPE_CHECKING:
+    from ..livebench.arms import ArmSettings
 
 DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
 DEFAULT_TIME_SCALE = 0.25
@@ -90,14 +93,12 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
 def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_seconds: float,
              grace_seconds: float, partition: str, native_partition: str, arm_timeout: float,
              workdir: Path | None, seed: int | None, cluster_shape_text: str | None,
-             policy_option: tuple[str, ...], repeat: int, simulate_only: bool, restart_overhead: float, json_out: Path | None,
-             plot_dir: Path | None) -> None:
+             policy_option: tuple[str, ...], repeat: int, simulate_only: bool,
+             restart_overhead: float, json_out: Path | None, plot_dir: Path | None) -> None:
     """Replay a workload on the real Slurm cluster: plain Slurm and each policy through the
     daemon, one arm after another, with the simulator's prediction beside each."""
     from ..livebench import workload as wl
-    from ..livebench.arms import ArmSettings, run_arm
-    from ..livebench.repeats import arm_medians, paired_ratios, ratio_table
-    from ..livebench.report import markdown_table, measured_switch_s, predict
+    from ..livebench.arms import ArmSettings
 
     arm_list = _arms(arms)
     options = _policy_options(arm_list, policy_option)
@@ -129,18 +130,36 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
                 "cluster": [[n.name, n.gpus] for n in nodes], "workdir": str(directory),
                 "policy_options": {a: o for a, o in options.items() if o},
                 "repeat": repeat, "arms": results}
+    _run_arms(arm_list, jobs, nodes, settings, repeat, options, document, json_out)
+    _echo_tables(results, repeat)
+    _echo_bounds(bounds)
+    if plot_dir is not None:
+        _plots(results, plot_dir)
+
+
+def _run_arms(arms: list[str], jobs: list[JobSpec], nodes: tuple[Node, ...],
+              settings: ArmSettings, repeat: int, options: dict[str, dict[str, Any]],
+              document: dict[str, Any], json_out: Path | None) -> None:
+    """Run every arm `repeat` times, interleaved, into `document["arms"]` (each run with its
+    `repeat` and `simulated` prediction); with repeats, `medians` and `ratios` too. The JSON is
+    written after every run, so that a later failure keeps the earlier ones."""
+    from ..livebench.arms import run_arm
+    from ..livebench.repeats import arm_medians, paired_ratios
+    from ..livebench.report import measured_switch_s, predict
+
+    results: list[dict[str, Any]] = document["arms"]
     for index in range(1, repeat + 1):
-        for arm in arm_list:
+        for arm in arms:
             run_settings = (settings if repeat == 1 else
-                            replace(settings, workdir=directory / f"repeat-{index}"))
+                            replace(settings, workdir=settings.workdir / f"repeat-{index}"))
             try:
-                result = run_arm(arm, jobs, run_settings, gpus,
+                result = run_arm(arm, jobs, run_settings, sum(n.gpus for n in nodes),
                                  echo=lambda m: click.echo(m, err=True),
                                  options=options.get(arm))
             except ShockslurmError as exc:
                 raise click.ClickException(f"arm {arm}: {exc}") from None
-            simulated = predict(jobs, arm, nodes, round_seconds, measured_switch_s(result),
-                                options.get(arm))
+            simulated = predict(jobs, arm, nodes, settings.round_seconds,
+                                measured_switch_s(result), options.get(arm))
             result.update(repeat=index, simulated=simulated)
             results.append(result)
             click.echo(f"{arm} (run {index} of {repeat}): makespan {result.get('makespan_s')} "
@@ -148,19 +167,24 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
                        f"{simulated['makespan_s']} / {simulated['avg_jct_s']})", err=True)
             if repeat > 1:
                 document.update(medians=arm_medians(results), ratios=paired_ratios(results))
-            if json_out is not None:  # after every arm: a later failure keeps the earlier ones
+            if json_out is not None:
                 json_out.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _echo_tables(results: list[dict[str, Any]], repeat: int) -> None:
+    """The live-vs-simulated table: of the runs, or with repeats of each arm's medians, then
+    the ratios to native paired by repeat."""
+    from ..livebench.repeats import arm_medians, paired_ratios, ratio_table
+    from ..livebench.report import markdown_table
+
     if repeat == 1:
         click.echo(markdown_table(results))
-    else:
-        click.echo(f"Medians over {repeat} runs of each arm:\n")
-        click.echo(markdown_table(arm_medians(results)))
-        ratios = paired_ratios(results)
-        if ratios:
-            click.echo("\n" + ratio_table(ratios))
-    _echo_bounds(bounds)
-    if plot_dir is not None:
-        _plots(results, plot_dir)
+        return
+    click.echo(f"Medians over {repeat} runs of each arm:\n")
+    click.echo(markdown_table(arm_medians(results)))
+    ratios = paired_ratios(results)
+    if ratios:
+        click.echo("\n" + ratio_table(ratios))
 
 
 def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path | None,
