@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from shockslurm.model import parse_cluster_shape
 from shockslurm.placement import place
-from shockslurm.policies.shockwave.packing import _in_order, _Layout, pack
+from shockslurm.policies.shockwave.packing import _in_order, _Layout, pack, priority_layout
 
 
 def _counts(plan: list[list[int]]) -> dict[int, int]:
@@ -85,3 +85,24 @@ def test_the_priority_rule_takes_the_earliest_block_with_room():
     books[2].take(1)
     assert _in_order(books, 1, 2) == [1, 2]        # rounds 1-2 are a block with room
     assert _in_order(books, 2, 2) == [1, 3]        # no block of two takes a gang of 2
+
+
+@settings(max_examples=100, deadline=None)
+@given(shape=st.sampled_from(["1x8", "2x4", "4x8", "3x2"]), horizon=st.integers(1, 5),
+       data=st.data())
+def test_the_priority_layout_is_packs_plan_when_it_holds_every_round(shape, horizon, data):
+    """The planner takes `priority_layout`'s plan without calling `pack` when no job lost a
+    round there: it must be the plan `pack` would have made. Where a job did lose rounds,
+    `priority_layout` says how many it got."""
+    nodes = parse_cluster_shape(shape)
+    gpus = sum(n.gpus for n in nodes)
+    jobs = data.draw(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]),
+                                        st.integers(0, horizon)), max_size=10))
+    gang = {j: min(g, gpus) for j, (g, _) in enumerate(jobs)}
+    rounds = {j: k for j, (_, k) in enumerate(jobs)}
+    order = list(gang)
+    plan, got = priority_layout(order, rounds, gang, gpus, horizon, nodes=nodes)
+    assert got == {j: _counts(plan).get(j, 0) for j in order}
+    assert all(got[j] <= rounds[j] for j in order)
+    if got == rounds:
+        assert plan == pack(order, rounds, gang, gpus, horizon, nodes=nodes)

@@ -8,7 +8,7 @@ The market chooses how many rounds each job runs in the window under an aggregat
   jobs that need it most, and a job keeps running without switches. But it front-loads: the
   first rounds fill, and the last jobs in the order may find fewer rounds with room than they
   were given, while the free GPUs sit in later rounds that already hold them.
-  `priority_rounds` says what each job gets this way; the planner re-solves the market with
+  `priority_layout` says what each job gets this way; the planner re-solves the market with
   those as caps, so that its plan fits this layout.
 - **Roomiest first**: the jobs by decreasing gang, then decreasing rounds, each on the rounds
   with the most free GPUs (ties: the earliest) that can take its gang. This spreads the load
@@ -51,13 +51,16 @@ def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], g
     return layout.lay(ok).plan
 
 
-def priority_rounds(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
-                    gpus: int, horizon: int, nodes: Sequence[Node] = ()) -> dict[int, int]:
-    """The rounds each job of `order` gets when the priority rule alone lays out the window (at
-    most `rounds[j]`; fewer where its gang finds too few rounds with room)."""
+def priority_layout(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
+                    gpus: int, horizon: int, nodes: Sequence[Node] = ()
+                    ) -> tuple[list[list[int]], dict[int, int]]:
+    """The window laid out by the priority rule alone, and the rounds each job of `order` gets
+    there (at most `rounds[j]`; fewer where its gang finds too few rounds with room). Where
+    every job gets all its rounds, this is the plan `pack` returns."""
     layout = _Layout.of(order, rounds, gang, nodes or pool(gpus), horizon)
-    got = Counter(j for r in layout.lay(len(layout.jobs)).plan for j in r)
-    return {j: got[j] for j in order}
+    plan = layout.lay(len(layout.jobs)).plan
+    got = Counter(j for r in plan for j in r)
+    return plan, {j: got[j] for j in order}
 
 
 @dataclass(frozen=True)

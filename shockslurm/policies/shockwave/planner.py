@@ -17,7 +17,7 @@ Per round (`allocate`):
    `placement` can place on the snapshot's nodes, in priority order: jobs behind target that
    cannot fit beside the jobs planned for every round first, then those, then highest priority
    (then highest rho), each on the earliest block of consecutive rounds with room for its gang
-   (`packing.priority_rounds`). The market's capacity is aggregate, so that layout may not hold
+   (`packing.priority_layout`). The market's capacity is aggregate, so that layout may not hold
    everything it chose: the market is then solved again with each job capped at the rounds the
    layout gives it (`MarketInput.round_cap`), and its plan is what the window holds.
    `packing.pack` lays the plan out (the priority layout when it holds the plan, else its
@@ -50,7 +50,7 @@ from ...model import RoundPlan, Snapshot
 from ...placement import NodeBook
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
-from .packing import pack, priority_rounds
+from .packing import pack, priority_layout
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +228,8 @@ class Shockwave:
             # The market's capacity is aggregate (sum of gang x rounds <= G T): where the
             # priority layout cannot hold what it chose, solve again with each job capped at the
             # rounds that layout gives it, so that the plan is what runs (module docstring).
-            fits = priority_rounds([ids[i] for i in order], rounds, gangs, snap.gpus, T,
-                                   nodes=snap.nodes)
+            laid, fits = priority_layout([ids[i] for i in order], rounds, gangs, snap.gpus, T,
+                                         nodes=snap.nodes)
             cap = np.array([fits[j] for j in ids], dtype=float)
             cut = int(exact_dot(gang, chosen - cap))
             packing["uncapped_gpu_rounds"] = int(exact_dot(gang, chosen))
@@ -240,9 +240,12 @@ class Shockwave:
                     rounds = {ids[i]: int(chosen[i]) for i in range(N)}
                 packing["capped_status"] = again.status
             packing["layout_cut_gpu_rounds"] = cut
-            # `pack` keeps that layout when it holds the plan, and spreads the tail otherwise
-            self.plan = pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
-                             nodes=snap.nodes)
+            # The priority layout is the plan when it holds every round chosen (`pack` would
+            # lay it out again); otherwise `pack` keeps that layout for as long a head of the
+            # order as it can and spreads the tail.
+            self.plan = (laid if cut == 0 else
+                         pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
+                              nodes=snap.nodes))
             self.plan_round = snap.round_index
             placed = np.zeros(N)
             index = {j: i for i, j in enumerate(ids)}
