@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from shockslurm.ops.config import _toml
+from shockslurm.ops.config import toml_value
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
@@ -47,7 +47,7 @@ def _write_config(path: Path, doc: dict) -> None:
     lines = []
     for section, table in doc.items():
         lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml(v)}" for k, v in table.items()]
+        lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     path.write_text("\n".join(lines) + "\n")
 
 
