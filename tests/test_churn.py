@@ -51,9 +51,11 @@ def test_min_run_time_from_slurm_start_time():
     assert keep_reason(running(1, ran=1), StopHistory(), off, NOW) is None
 
 
-def test_default_min_run_is_one_and_a_half_rounds():
+def test_default_min_run_is_one_and_a_half_rounds_and_finish_window_two_rounds():
     assert ChurnLimits.for_round(120).min_run_seconds == 180
-    assert ChurnLimits.for_round(6, max_preemptions_per_day=5) == ChurnLimits(9.0, 5, 3, 3.0)
+    assert ChurnLimits.for_round(120).finish_window_seconds == 240
+    assert ChurnLimits.for_round(6, max_preemptions_per_day=5) == ChurnLimits(9.0, 5, 3, 12.0)
+    assert ChurnLimits.for_round(6, finish_window_seconds=0).finish_window_seconds == 0
 
 
 def test_preemptions_per_day_counted_in_24_h_and_capped_by_restart_count():

@@ -66,3 +66,15 @@ def test_bad_toml_and_missing_file(tmp_path: Path):
 def test_dataclass_is_frozen():
     with pytest.raises(AttributeError):
         DaemonConfig().round_seconds = 3  # type: ignore[misc]
+
+
+def test_churn_limits_follow_the_round_unless_set():
+    from shockslurm.daemon.build import churn_limits
+    limits = churn_limits(parse_config({"daemon": {"round_seconds": 30}}))
+    assert limits.min_run_seconds == 45 and limits.finish_window_seconds == 60
+    limits = churn_limits(parse_config({"daemon": {"round_seconds": 30, "min_run_seconds": 0,
+                                                   "finish_window_seconds": 5}}))
+    assert limits.min_run_seconds == 0 and limits.finish_window_seconds == 5
+    with pytest.raises(ConfigError) as err:
+        parse_config({"daemon": {"finish_window_seconds": -1}}, source="d.toml")
+    assert err.value.field == "daemon.finish_window_seconds"

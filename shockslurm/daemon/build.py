@@ -104,6 +104,7 @@ def prefix_filter(prefix: str, job_filter: Callable[[SlurmJob], bool] | None = N
 
 def churn_limits(cfg: DaemonConfig) -> en.ChurnLimits:
     return en.ChurnLimits.for_round(cfg.round_seconds, min_run_seconds=cfg.min_run_seconds,
+                                    finish_window_seconds=cfg.finish_window_seconds,
                                     max_preemptions_per_day=cfg.max_preemptions_per_day,
                                     max_stops_without_checkpoint=cfg.max_stops_without_checkpoint)
 

@@ -7,7 +7,7 @@ is kept running instead when
 - it was preempted `max_preemptions_per_day` times (default 24) in the last 24 h: the
   daemon's successful `requeuehold` intents in the store (every incarnation), else its memory,
   counted at most Slurm's restart_count (every requeue raises it);
-- it is expected to finish within `finish_window_seconds` (default half a round; its remaining
+- it is expected to finish within `finish_window_seconds` (default two rounds; its remaining
   exclusive run time from its reports or declared spec): a stop would free its GPUs barely
   sooner, cost it a restart, and race its own end;
 - its checkpoints keep failing (the job is then *flagged*: logged once, a `flagged` job event,

@@ -249,6 +249,10 @@ class DaemonConfig:
         "optional_nonnegative", None,
         "Churn bound: a running job is not stopped before its current run is this old "
         "(unset = 1.5 x round_seconds; 0 = no minimum).", reload=True)
+    finish_window_seconds: float | None = setting(
+        "optional_nonnegative", None,
+        "Churn bound: a running job expected to finish within this many seconds (its remaining "
+        "exclusive run time) is not stopped (unset = 2 x round_seconds; 0 = off).", reload=True)
     max_preemptions_per_day: int = setting(
         "count", _CHURN_DEFAULTS.max_preemptions_per_day,
         "Churn bound: a job preempted this many times in the last 24 h is left running "

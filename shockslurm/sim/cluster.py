@@ -26,7 +26,7 @@ way), and the next round is a normal round from that moment: the jobs still runn
 (their progress so far is kept, and they are not restarted if the next plan keeps them).
 The daemon's churn bounds apply as they do live (`churn`, `churn_rules`: a running job the plan
 would stop keeps running while its current run is younger than 1.5 rounds or it is expected to
-end within half a round; planned starts that no longer fit wait, latest arrival first), and so
+end within two rounds; planned starts that no longer fit wait, latest arrival first), and so
 does its rule for the stops that follow (`churn_rules.idle_stops`: a running job whose GPUs no
 job of the round takes keeps running where it is).
 Restarts are charged as they happen live: a restarted run spends its first
