@@ -17,7 +17,7 @@ import pytest
 from shockslurm.livebench.report import markdown_table, measured_switch_s, predict
 from shockslurm.livebench.timeline import (JobLine, Poll, Run, Sample, arm_metrics,
                                            completion_times, gpu_seconds, idle_gpu_seconds,
-                                           job_runs, plot_series, release_latencies,
+                                           job_rows, job_runs, plot_series, release_latencies,
                                            released_wait_gpu_seconds, spread,
                                            switch_costs)
 from shockslurm.livebench.workload import StandinPlan, default_workload, scale, summary
@@ -113,6 +113,20 @@ def test_arm_metrics_are_the_simulators_definitions():
     assert sorted(series["rho"]) == pytest.approx(sorted([20 / 12, 16 / 6]))
 
 
+def test_job_rows_give_each_jobs_runs_and_outcome_in_workload_order():
+    lines = [JobLine(1, 0.0, 12.0, 4, 7), JobLine(2, 0.0, 6.0, 8, 5), JobLine(3, 2.0, 5.0, 2, 6)]
+    rows = job_rows(lines, TIMELINE, capacity=10, until=20.0)
+    assert [r["job"] for r in rows] == [5, 6, 7]
+    assert [r["slurm_job"] for r in rows] == [2, 3, 1]
+    by_slurm = {r["slurm_job"]: r for r in rows}
+    done = arm_metrics(lines, TIMELINE, capacity=10, until=20.0)
+    assert by_slurm[1]["jct_s"] == 20.0 and by_slurm[2]["jct_s"] == 16.0
+    assert max(r["rho"] for r in rows if "rho" in r) == pytest.approx(done["worst_rho"])
+    assert "completion_s" not in by_slurm[3]          # never completed in the timeline
+    assert all(end is None or end > start for r in rows for start, end in r["runs"])
+    assert len(by_slurm[1]["runs"]) == 2              # stopped once: two runs
+
+
 def test_default_workload_shape():
     jobs = default_workload(32)
     shape = summary(jobs, 32)
@@ -134,6 +148,8 @@ def test_scaling_keeps_specs_consistent_and_predictions_run():
     nodes = parse_cluster_shape("4x8")
     native = predict(jobs, "native", nodes, 20.0, 0.0)
     shock = predict(jobs, "shockwave", nodes, 20.0, 3.0)
+    assert [r["job"] for r in shock["per_job"]] == sorted(j.job_id for j in jobs)
+    assert max(r["rho"] for r in shock["per_job"]) == pytest.approx(shock["worst_rho"], abs=1e-3)
     assert native["policy"] == "fifo" and native["restart_overhead_s"] == 0.0
     assert shock["policy"] == "shockwave" and shock["round_s"] == 20.0
     arm = {"arm": "shockwave", "makespan_s": 100.0, "simulated": shock,

@@ -36,9 +36,9 @@ from ..model import JobSpec
 from ..ops.config import toml_value
 from ..slurm.cli_backend import CliBackend
 from ..slurm.types import JobState
-from .timeline import (JobLine, Poll, Sample, arm_metrics, completion_times, job_runs,
-                       plot_series, release_latencies, released_wait_gpu_seconds, spread,
-                       switch_costs)
+from .timeline import (JobLine, Poll, Sample, arm_metrics, completion_times, job_rows,
+                       job_runs, plot_series, release_latencies, released_wait_gpu_seconds,
+                       spread, switch_costs)
 from .workload import StandinPlan
 
 NATIVE = "native"
@@ -285,7 +285,7 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
             job_id = _submit(build(job, name, settings, arm_dir, command), env, arm_dir)
             with lock:
                 lines[job_id] = JobLine(job_id, job.arrival_s, job.exclusive_runtime_s,
-                                        job.gang_size)
+                                        job.gang_size, job.job_id)
 
         ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
         pool = ThreadPoolExecutor(SUBMIT_WORKERS)
@@ -311,6 +311,7 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
                                      "squeue_errors": watcher.errors}
         result.update(arm_metrics(list(lines.values()), watcher.polls, capacity, until))
         result["series"] = plot_series(list(lines.values()), watcher.polls, capacity, until)
+        result["per_job"] = job_rows(list(lines.values()), watcher.polls, capacity, until)
         if daemon is not None:
             daemon.stop()
             result.update(_switch_numbers(arm_dir / "store.db", t0, watcher.polls,

@@ -43,7 +43,8 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
             restart_overhead_s: float, options: Mapping[str, Any] | None = None
             ) -> dict[str, object]:
     """The simulator's numbers for `arm` (with the policy's `options`) on `jobs` (real seconds)
-    and `nodes`."""
+    and `nodes`; `per_job`: each job's completion, JCT and rho (beside the live arm's
+    `per_job`, `timeline.job_rows`)."""
     native = arm == "native"
     settings = PolicySettings(round_s=NATIVE_ROUND_S if native else round_s,
                               min_resolve_interval_s=0.0, idle_unallocated=False)
@@ -55,6 +56,11 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                               for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
                restart_overhead_s=config.restart_overhead_s)
+    contention = max(1.0, len(jobs) / config.gpus)
+    out["per_job"] = [{"job": o.job_id, "completion_s": round(o.completion_s, 2),
+                       "jct_s": round(o.jct_s, 2),
+                       "rho": round(o.jct_s / (o.exclusive_runtime_s * contention), 4)}
+                      for o in sorted(result.outcomes, key=lambda o: o.job_id)]
     return out
 
 

@@ -189,6 +189,7 @@ class JobLine:
     arrival_s: float            # the workload's (scaled) arrival
     exclusive_s: float          # the workload's (scaled) exclusive run time
     gpus: int
+    workload_job: int = -1      # the workload's job id (-1: not known)
 
 
 def arm_metrics(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
@@ -213,6 +214,30 @@ def arm_metrics(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
         [Poll(p.t, {j: s for j, s in p.jobs.items() if j in ours}) for p in polls
          if p.t <= end], capacity, until=end).items()}
     return out
+
+
+def job_rows(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
+             until: float) -> list[dict[str, object]]:
+    """Each job as the arm ran it, in workload order: its ids, gang, arrival, exclusive run
+    time, runs ([start, end], end None while running), and when it completed its completion,
+    JCT and rho (the simulator's static form, as `arm_metrics`), to set beside the simulated
+    jobs (`report.predict`'s `per_job`)."""
+    runs = job_runs(polls)
+    done = completion_times(polls)
+    contention = max(1.0, len(lines) / capacity)
+    rows: list[dict[str, object]] = []
+    for line in sorted(lines, key=lambda l: (l.workload_job, l.job_id)):
+        row: dict[str, object] = {
+            "job": line.workload_job, "slurm_job": line.job_id, "gpus": line.gpus,
+            "arrival_s": round(line.arrival_s, 2), "exclusive_s": round(line.exclusive_s, 2),
+            "runs": [[round(r.start, 2), None if r.end is None else round(r.end, 2)]
+                     for r in runs.get(line.job_id, [])]}
+        if line.job_id in done:
+            jct = done[line.job_id] - line.arrival_s
+            row.update(completion_s=round(done[line.job_id], 2), jct_s=round(jct, 2),
+                       rho=round(jct / (line.exclusive_s * contention), 4))
+        rows.append(row)
+    return rows
 
 
 def plot_series(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
