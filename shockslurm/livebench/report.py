@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from ..model import JobSpec, Node
 from ..policies import PolicySettings
+from ..sim.metrics import static_rho
 from ..sim.run import SimConfig, simulate
 
 NATIVE_ROUND_S = 1.0
@@ -56,11 +57,11 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                               for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
                restart_overhead_s=config.restart_overhead_s)
-    contention = max(1.0, len(jobs) / config.gpus)
+    outcomes = sorted(result.outcomes, key=lambda o: o.job_id)
+    rho = static_rho(outcomes, config.gpus, len(jobs))
     out["per_job"] = [{"job": o.job_id, "completion_s": round(o.completion_s, 2),
-                       "jct_s": round(o.jct_s, 2),
-                       "rho": round(o.jct_s / (o.exclusive_runtime_s * contention), 4)}
-                      for o in sorted(result.outcomes, key=lambda o: o.job_id)]
+                       "jct_s": round(o.jct_s, 2), "rho": round(float(r), 4)}
+                      for o, r in zip(outcomes, rho)]
     return out
 
 

@@ -224,7 +224,6 @@ def job_rows(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
     jobs (`report.predict`'s `per_job`)."""
     runs = job_runs(polls)
     done = completion_times(polls)
-    contention = max(1.0, len(lines) / capacity)
     rows: list[dict[str, object]] = []
     for line in sorted(lines, key=lambda l: (l.workload_job, l.job_id)):
         row: dict[str, object] = {
@@ -233,9 +232,11 @@ def job_rows(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
             "runs": [[round(r.start, 2), None if r.end is None else round(r.end, 2)]
                      for r in runs.get(line.job_id, [])]}
         if line.job_id in done:
-            jct = done[line.job_id] - line.arrival_s
-            row.update(completion_s=round(done[line.job_id], 2), jct_s=round(jct, 2),
-                       rho=round(jct / (line.exclusive_s * contention), 4))
+            outcome = JobOutcome(line.job_id, line.arrival_s, done[line.job_id],
+                                 line.exclusive_s, line.gpus)
+            rho = float(static_rho([outcome], capacity, len(lines))[0])
+            row.update(completion_s=round(outcome.completion_s, 2),
+                       jct_s=round(outcome.jct_s, 2), rho=round(rho, 4))
         rows.append(row)
     return rows
 
