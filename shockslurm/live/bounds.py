@@ -8,8 +8,8 @@ is kept running instead when
   daemon's successful `requeuehold` intents in the store (every incarnation), else its memory,
   counted at most Slurm's restart_count (every requeue raises it);
 - it is expected to finish within `finish_window_seconds` (default two rounds; its remaining
-  exclusive run time from its reports or declared spec): a stop would free its GPUs barely
-  sooner, cost it a restart, and race its own end;
+  exclusive run time from its reports or declared spec): a stop would free its GPUs for a
+  short time only, cost it a restart and a wait for its next turn, and could race its own end;
 - its checkpoints keep failing (the job is then *flagged*: logged once, a `flagged` job event,
   and never stopped by the daemon again; it runs to its end). A job that sends training
   reports is flagged when its last `max_stops_without_checkpoint` (default 3) stop cycles
