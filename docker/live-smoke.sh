@@ -41,6 +41,8 @@ grep -E '^(max_min_fairness|shockwave) ' "$WORK/simulate.txt"
 cat > "$WORK/shockslurm.toml" <<TOML
 [daemon]
 round_seconds = 3
+# the jobs last seconds: half a round, not the default two, leaves stops to exercise
+finish_window_seconds = 1.5
 grace_seconds = 10
 stop_timeout_seconds = 20
 policy = "shockwave"

@@ -54,8 +54,11 @@ def _shocksub(tmp: Path, db: str, k: int, gpus: int, target: int) -> int:
 
 
 def _run_daemon(tmp: Path, policy: str, options: dict, ours: set[int], db: str):
+    # The jobs last 12-30 s against 6 s rounds: the default finish window (two rounds) would
+    # keep most of them running to their end; half a round leaves stops to exercise.
     cfg = parse_config({"daemon": {"round_seconds": 6, "grace_seconds": GRACE_S, "policy": policy,
-                                   "partitions": ["gpu"], "db": db, "stop_timeout_seconds": 20},
+                                   "partitions": ["gpu"], "db": db, "stop_timeout_seconds": 20,
+                                   "finish_window_seconds": 3},
                         "policy": options})
     engine = open_store(db, create=True)
     lines: list[str] = []

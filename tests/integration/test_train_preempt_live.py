@@ -126,8 +126,9 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
                                        # minimum run time (the churn bounds are tested in
                                        # tests/test_churn.py; the per-day and checkpoint
                                        # bounds stay on, and the trainer's good checkpoints
-                                       # must keep it preemptible)
-                                       "min_run_seconds": 0},
+                                       # must keep it preemptible), and a finish window of
+                                       # half a round (two rounds would keep it to its end)
+                                       "min_run_seconds": 0, "finish_window_seconds": 3},
                             "policy": {"min_resolve_interval_s": 0, "idle_unallocated": False}})
         engine = open_store(db, create=True)
         lines: list[str] = []
