@@ -192,13 +192,19 @@ class JobLine:
     workload_job: int = -1      # the workload's job id (-1: not known)
 
 
+def completed_outcomes(lines: Sequence[JobLine], done: Mapping[int, float]) -> list[JobOutcome]:
+    """The jobs of `lines` that completed (`done`: `completion_times`), as the simulator's
+    outcomes, in `lines` order."""
+    return [JobOutcome(line.job_id, line.arrival_s, done[line.job_id], line.exclusive_s,
+                       line.gpus) for line in lines if line.job_id in done]
+
+
 def arm_metrics(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
                 until: float) -> dict[str, object]:
     """The arm's numbers, defined as the simulator's (`sim.metrics`)."""
     runs = job_runs(polls)
     done = completion_times(polls)
-    outcomes = [JobOutcome(line.job_id, line.arrival_s, done[line.job_id], line.exclusive_s,
-                           line.gpus) for line in lines if line.job_id in done]
+    outcomes = completed_outcomes(lines, done)
     used = gpu_seconds({j: runs.get(j, []) for j in done}, {l.job_id: l.gpus for l in lines},
                        until)
     out: dict[str, object] = {"jobs": len(lines), "completed": len(outcomes),
@@ -223,7 +229,9 @@ def job_rows(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
     JCT and rho (the simulator's static form, as `arm_metrics`), to set beside the simulated
     jobs (`report.predict`'s `per_job`)."""
     runs = job_runs(polls)
-    done = completion_times(polls)
+    outcomes = completed_outcomes(lines, completion_times(polls))
+    rho = dict(zip((o.job_id for o in outcomes), static_rho(outcomes, capacity, len(lines))))
+    by_id = {o.job_id: o for o in outcomes}
     rows: list[dict[str, object]] = []
     for line in sorted(lines, key=lambda l: (l.workload_job, l.job_id)):
         row: dict[str, object] = {
@@ -231,12 +239,10 @@ def job_rows(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
             "arrival_s": round(line.arrival_s, 2), "exclusive_s": round(line.exclusive_s, 2),
             "runs": [[round(r.start, 2), None if r.end is None else round(r.end, 2)]
                      for r in runs.get(line.job_id, [])]}
-        if line.job_id in done:
-            outcome = JobOutcome(line.job_id, line.arrival_s, done[line.job_id],
-                                 line.exclusive_s, line.gpus)
-            rho = float(static_rho([outcome], capacity, len(lines))[0])
+        outcome = by_id.get(line.job_id)
+        if outcome is not None:
             row.update(completion_s=round(outcome.completion_s, 2),
-                       jct_s=round(outcome.jct_s, 2), rho=round(rho, 4))
+                       jct_s=round(outcome.jct_s, 2), rho=round(float(rho[line.job_id]), 4))
         rows.append(row)
     return rows
 
@@ -251,8 +257,6 @@ def plot_series(lines: Sequence[JobLine], polls: Sequence[Poll], capacity: int,
             for job_id, rs in runs.items() if job_id in ours for r in rs]
     steps = [(p.t, sum(s.gpus for j, s in p.jobs.items() if j in ours and s.state == RUNNING),
               capacity) for p in sorted(polls, key=lambda p: p.t)]
-    done = completion_times(polls)
-    outcomes = [JobOutcome(l.job_id, l.arrival_s, done[l.job_id], l.exclusive_s, l.gpus)
-                for l in lines if l.job_id in done]
+    outcomes = completed_outcomes(lines, completion_times(polls))
     rho = [float(r) for r in static_rho(outcomes, capacity, len(lines))] if outcomes else []
     return {"timeline": bars, "utilisation": steps, "rho": rho}
