@@ -89,17 +89,22 @@ def _start(path: Path, dry_run: bool, once: bool
     from ..ops.metrics import DaemonMetrics
     from ..slurm.backend import make_backend
     from ..slurm.dryrun import DryRunBackend
+    from ..slurm.sched_delay import release_delay_advice
     from ..store.leader import leader_lock
 
     cfg = load_config(path, os.environ)
     # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
     logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald)
     backend = make_backend(cfg.backend)
+    advice = release_delay_advice(backend.run)     # read before a dry run wraps the actions
     if dry_run:
         backend = DryRunBackend(backend, echo=click.echo)
     metrics = DaemonMetrics()
     stop_metrics = None if dry_run or once else _serve_metrics(metrics, cfg, path)
     _log_start(cfg, path, backend.name, bool(stop_metrics), dry_run)
+    if advice:
+        logging.getLogger("shockslurm.daemon").warning(
+            "%s", advice, extra={"fields": {"event": "slurm_advice"}})
     engine = leader = None
     if not dry_run:
         engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,

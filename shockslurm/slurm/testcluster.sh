@@ -133,7 +133,8 @@ GresTypes=gpu
 SlurmdParameters=config_overrides
 ReturnToService=2
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=5,sched_interval=5
+# batch_sched_delay=0: a released job starts on the next pass, not up to 3 s later (README "Slurm settings")
+SchedulerParameters=bf_interval=5,sched_interval=5,batch_sched_delay=0
 PriorityType=priority/basic
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE

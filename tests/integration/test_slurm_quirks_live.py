@@ -21,6 +21,8 @@ import pytest
 
 from shockslurm.live.enact import BEGIN_TIME_REASON, SCANCEL_FAILED_RE
 from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.sched_delay import (batch_sched_delay, release_delay_advice,
+                                          scheduler_parameters)
 from shockslurm.slurm.types import JobState, SlurmJob
 
 pytestmark = pytest.mark.slurm
@@ -114,3 +116,14 @@ def test_scancel_signal_names_the_jobs_it_could_not_signal(jobs):
     assert out.returncode != 0
     assert sorted(int(m) for m in SCANCEL_FAILED_RE.findall(out.stderr)) == [done, gone], \
         out.stderr
+
+
+def test_the_test_cluster_starts_released_jobs_without_slurms_batch_delay(slurm_cluster) -> None:
+    """testcluster.sh sets `batch_sched_delay=0`, as README "Slurm settings" asks of a site: the
+    daemon reads it from the running slurmctld and has no advice to give."""
+    backend = CliBackend()
+    shown = backend.run(["scontrol", "show", "config"])
+    assert shown.ok, shown.stderr
+    params = scheduler_parameters(shown.stdout)
+    assert params is not None and batch_sched_delay(params) == 0.0, params
+    assert release_delay_advice(backend.run) is None
