@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
 from .model import NodeShares
-from .placement import fit_on_nodes
+from .plan_on_nodes import fit_on_nodes
 from .policies import PolicySettings
 
 MIN_RUN_ROUNDS = 1.5

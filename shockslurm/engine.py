@@ -1,7 +1,7 @@
 """The round loop: one loop for the simulator and the live daemon.
 
 Each round the loop observes the cluster, asks the policy for a plan, checks it, places it on the
-cluster's nodes (`placement.place_plan`: jobs that cannot be placed leave the plan), enacts it and
+cluster's nodes (`plan_on_nodes.place_plan`: jobs that cannot be placed leave the plan), enacts it and
 tells its observers. What differs between the two worlds is behind two small protocols:
 
 - `Cluster`: the simulated cluster advances jobs itself when the clock moves; the Slurm cluster
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 from .model import RoundPlan, Snapshot, check_plan
-from .placement import place_plan
+from .plan_on_nodes import place_plan
 
 
 class Clock(Protocol):

@@ -292,12 +292,18 @@ class RoundPlan:
 
     `info` carries policy diagnostics (solve time, status, objective) for logs and the store.
     `placement` says where each job of `run` sits once the round loop has placed the plan on
-    the snapshot's nodes (`placement.place_plan`); empty in a policy's own answer.
+    the snapshot's nodes (`plan_on_nodes.place_plan`); empty in a policy's own answer.
     """
 
     run: frozenset[int]
     info: Mapping[str, object] = field(default_factory=dict)
     placement: Mapping[int, NodeShares] = field(default_factory=dict)
+
+    def info_ids(self, key: str) -> set[int]:
+        """Job ids of an `info` entry (a list of ids, e.g. placement's "moved"; empty when
+        absent)."""
+        value = self.info.get(key)
+        return {int(j) for j in value} if isinstance(value, (list, tuple)) else set()
 
     def gpus_used(self, snapshot: Snapshot) -> int:
         sizes = {j.job_id: j.gang_size for j in snapshot.jobs}

@@ -40,7 +40,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .model import Node, NodeShares, RoundPlan, Snapshot
+from .model import Node, NodeShares
 
 
 class NodeBook:
@@ -326,52 +326,3 @@ def _keep_running(book: NodeBook, shares: dict[int, NodeShares],
             kept.append(j)
             budget -= gpus
     return tuple(kept)
-
-
-def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
-    """The round loop's placement step: `plan` on the snapshot's nodes (one pool when it names
-    none). The result runs only placed jobs and carries their `placement`; `info` gains
-    `unplaced`, `kept` and `moved` (job ids) when placement changed anything."""
-    if not snapshot.cluster_nodes:     # no GPUs at all (every node down or drained)
-        info = {**plan.info, "unplaced": sorted(plan.run)} if plan.run else dict(plan.info)
-        return RoundPlan(frozenset(), info, {})
-    gang = {v.job_id: v.gang_size for v in snapshot.jobs}
-    running = {j: s for j, s in snapshot.placements.items() if j in gang}
-    result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
-                   snapshot.reserved)
-    info = dict(plan.info)
-    for key in ("unplaced", "kept", "moved"):
-        if getattr(result, key):
-            info[key] = list(getattr(result, key))
-    return RoundPlan(result.jobs, info, dict(result.shares))
-
-
-def free_after(nodes: Sequence[Node], reserved: Mapping[str, int],
-               placement: Mapping[int, NodeShares]) -> dict[str, int]:
-    """Free GPUs per node once the `reserved` GPUs and every job's shares in `placement` are
-    taken (below 0 where they overfill a node; shares on unknown nodes are ignored)."""
-    free = {n.name: n.gpus - reserved.get(n.name, 0) for n in nodes}
-    for shares in placement.values():
-        for name, gpus in shares:
-            if name in free:
-                free[name] -= gpus
-    return free
-
-
-def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
-                 free: Mapping[str, int]) -> tuple[int, ...]:
-    """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,
-    given `free` GPUs per node once the jobs that keep running are counted; a job that fits
-    takes its GPUs before the next is tried. Jobs without a placement are not judged."""
-    left = dict(free)
-    dropped = []
-    for job_id in starts:
-        shares = placement.get(job_id)
-        if not shares:
-            continue
-        if all(left.get(n, 0) >= g for n, g in shares):
-            for n, g in shares:
-                left[n] -= g
-        else:
-            dropped.append(job_id)
-    return tuple(dropped)

@@ -14,7 +14,7 @@ from shockslurm.errors import InputError
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.enact import ChurnLimits, commands, diff, fit_on_nodes, pin_nodes
 from shockslurm.model import RoundPlan
-from shockslurm.placement import place_plan
+from shockslurm.plan_on_nodes import place_plan
 from shockslurm.slurm.gres import expand_hostlist, gpus_per_allocated_node
 from shockslurm.slurm.types import JobState, SlurmNode
 
@@ -205,12 +205,13 @@ def test_a_job_stopped_this_second_is_released_on_its_node_only_in_the_next():
     assert len(sleeps) == 1 and 0.5 < sleeps[0] <= 0.62, sleeps
 
 
-def test_a_stop_whose_gpus_no_start_takes_is_not_made():
+def test_a_start_planned_onto_a_kept_jobs_node_takes_the_node_the_plan_frees():
     """Two nodes; job 10 runs on gpu01 for long, job 12 on gpu02 for 5 s; the plan stops both
     for the 8-GPU jobs 1 (gpu01, submitted last) and 2 (gpu02). The churn bounds keep 12, so
-    only one start fits and job 1 is dropped; job 2's node is held by 12, so it is dropped too.
-    Stopping 10 would leave gpu01 idle for the round: 10 keeps running, nothing is done
-    (before this rule: USR1 and requeuehold of 10, then nothing started)."""
+    only one start fits and job 1 is dropped. Job 2 is placed again around the kept job
+    (`plan_on_nodes.place_around`, as the simulator does): it starts on gpu01 in place of 10.
+    Before, job 2 waited for gpu02 and gpu01 stayed with 10: nothing was done, round after
+    round, while the plan asked for job 2."""
     two = [SlurmNode(n, "mixed", 8, 0, ("gpu",)) for n in ("gpu01", "gpu02")]
     b = NodesBackend([replace(on(10, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=0.0),
                       replace(on(12, "gpu02", "gpu:8(IDX:0-7)", gpus=8), start_time=995.0),
@@ -220,9 +221,35 @@ def test_a_stop_whose_gpus_no_start_takes_is_not_made():
     plan = place_plan(RoundPlan(frozenset({1, 2})), snap)
     assert plan.placement[1] == (("gpu01", 8),) and plan.placement[2] == (("gpu02", 8),)
     c.enact(plan, snap)
+    assert b.log == [
+        ("scancel", "--signal=USR1", "--batch", "10"),
+        ("scontrol", "requeuehold", "10"),
+        ("scontrol", "update", "JobId=2", "ReqNodeList=gpu01"),
+        ("scontrol", "release", "2"),
+    ]
+    assert c.last_stats.kept == {12: "min_run"} and c.last_stats.dropped == (1,)
+    assert c.allowed_running >= {2, 12}
+
+
+def test_a_stop_whose_gpus_no_start_takes_is_not_made():
+    """Two nodes; job 10 holds gpu01 and runs on; on gpu02 job 12 (1 GPU) started 5 s ago and
+    job 13 (7 GPUs) long ago. The plan stops 12 and 13 for the 8-GPU job 1; the churn bounds
+    keep 12, so job 1 fits no node and is not placed. Stopping 13 would leave its 7 GPUs idle
+    for the round: 13 keeps running, nothing is done (before this rule: USR1 and requeuehold
+    of 13, then nothing started)."""
+    two = [SlurmNode(n, "mixed", 8, 0, ("gpu",)) for n in ("gpu01", "gpu02")]
+    b = NodesBackend([replace(on(10, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=0.0),
+                      replace(on(12, "gpu02", "gpu:1(IDX:0)"), start_time=995.0),
+                      replace(on(13, "gpu02", "gpu:7(IDX:1-7)", gpus=7), start_time=0.0),
+                      job(1, gpus=8)], two)
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, round_s=120)
+    snap = c.observe(1000.0)
+    plan = place_plan(RoundPlan(frozenset({1, 10})), snap)
+    assert plan.placement[1] == (("gpu02", 8),)
+    c.enact(plan, snap)
     assert b.log == []
-    assert c.last_stats.kept == {12: "min_run", 10: "idle"} and c.last_stats.dropped == (1, 2)
-    assert c.allowed_running >= {10, 12}
+    assert c.last_stats.kept == {12: "min_run", 13: "idle"}
+    assert c.allowed_running >= {10, 12, 13}
 
 
 def test_a_move_the_churn_bounds_forbid_keeps_the_job_and_does_not_start_the_gang():

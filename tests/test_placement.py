@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape, pool
-from shockslurm.placement import (NodeBook, Placement, _place_keeping, free_after, place,
-                                  place_plan)
+from shockslurm.placement import NodeBook, Placement, _place_keeping, place
+from shockslurm.plan_on_nodes import free_after, place_around, place_plan
 
 from .conftest import make_view
 
@@ -260,7 +260,7 @@ def test_a_cluster_with_no_gpus_places_nothing_and_does_not_fail():
     """Every node down or drained: a live snapshot has 0 GPUs and no nodes; the plan is empty."""
     from shockslurm.model import RoundPlan, Snapshot
     from shockslurm.engine import allocate
-    from shockslurm.placement import place_plan
+    from shockslurm.plan_on_nodes import place_plan
     from shockslurm.policies import make_policy, policy_names
 
     from .conftest import make_view
@@ -281,3 +281,49 @@ def test_free_after_counts_reserved_and_every_placed_share():
     # GPU, shares on a node the cluster does not have ignored
     assert free == {"a": 0, "b": -2, "c": 3}
     assert free_after(nodes, {}, {}) == {"a": 8, "b": 8, "c": 4}
+
+
+def _snapshot(nodes, gangs, running, reserved) -> Snapshot:
+    views = tuple(make_view(j, gang=g) for j, g in sorted(gangs.items()))
+    return Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=sum(n.gpus for n in nodes),
+                    jobs=views, nodes=nodes, placements=running, reserved=reserved)
+
+
+@PROPS
+@given(cases(), st.data())
+def test_placing_again_around_kept_jobs_moves_none_of_them_and_fits_the_nodes(case, data):
+    """`place_around` (the churn bounds changed the run set): every running job of the plan
+    outside `movable` stays exactly where it runs, no job is placed elsewhere than it runs
+    unless `movable` allows it, and nodes and gangs hold as for `place`."""
+    nodes, plan_gangs, running, reserved = case
+    gangs = {**plan_gangs, **{j: sum(g for _, g in s) for j, s in running.items()}}
+    snap = _snapshot(nodes, gangs, running, reserved)
+    first = place_plan(RoundPlan(frozenset(plan_gangs)), snap)
+    kept = data.draw(st.sets(st.sampled_from(sorted(running)))) if running else set()
+    run = first.run | kept
+    movable = first.info_ids("moved") - kept
+    again = place_around(RoundPlan(run, {}, first.placement), snap, movable)
+    for j in run & set(running) - movable:
+        assert again.placement[j] == tuple(running[j]), f"kept job {j} moved"
+    for j, shares in again.placement.items():
+        assert j not in running or j in movable or shares == tuple(running[j]), j
+    assert again.run == frozenset(again.placement)
+    result = Placement(again.placement)
+    _check_capacity_and_shape(nodes, gangs, reserved, result)
+
+
+def test_a_start_blocked_by_a_kept_job_goes_to_the_node_the_plan_frees() -> None:
+    """Two 8-GPU nodes: job 1 (1 GPU) on n0 is kept by the churn bounds; job 2 (7 GPUs) on n1
+    is stopped by the plan. The first placement put the 8-GPU job 3 on n0 (stopping job 1):
+    placed again around the kept job, job 3 takes n1."""
+    nodes = (Node("n0", 8), Node("n1", 8))
+    running = {1: (("n0", 1),), 2: (("n1", 7),)}
+    snap = _snapshot(nodes, {1: 1, 2: 7, 3: 8}, running, {})
+    plan = RoundPlan(frozenset({1, 3}), {"status": "ok"}, {3: (("n0", 8),)})
+    again = place_around(plan, snap)
+    assert again.run == frozenset({1, 3})
+    assert again.placement == {1: (("n0", 1),), 3: (("n1", 8),)}
+    assert again.info == {"status": "ok", "replaced": [3]}
+    # with job 2 kept as well, job 3 fits no node: it leaves the plan, both keep running
+    again = place_around(RoundPlan(frozenset({1, 2, 3}), {}, {3: (("n0", 8),)}), snap)
+    assert again.run == frozenset({1, 2}) and again.info == {"unplaced": [3]}

@@ -261,7 +261,7 @@ def test_pack_plans_no_round_beyond_what_the_nodes_can_place():
 
 def test_shockwave_on_nodes_plans_only_what_can_be_placed():
     from shockslurm.model import parse_cluster_shape
-    from shockslurm.placement import place_plan
+    from shockslurm.plan_on_nodes import place_plan
 
     snap = dataclasses.replace(synthetic_snapshot(40, 16, seed=4),
                                nodes=parse_cluster_shape("4x4"))

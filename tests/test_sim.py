@@ -325,7 +325,7 @@ def test_live_like_rounds_keep_a_job_whose_gpus_no_start_takes() -> None:
     (younger than the 90 s minimum run); the plan stops both for the 2-GPU job B. The churn
     bounds keep C, so B does not fit and waits; A's GPU would idle: A keeps running."""
     from shockslurm.churn_rules import ChurnLimits
-    from shockslurm.placement import place_plan
+    from shockslurm.plan_on_nodes import place_plan
     from shockslurm.sim.cluster import SimulatedCluster
 
     a = make_spec(0, epochs=10, bs=10, samples=1000, ips=1.0)

@@ -45,7 +45,7 @@ from typing import Collection, Mapping, Sequence
 
 from ..errors import InputError
 from ..model import NodeShares, RoundPlan
-from ..placement import fit_on_nodes  # noqa: F401 (re-exported)
+from ..plan_on_nodes import fit_on_nodes  # noqa: F401 (re-exported)
 from ..slurm.gres import expand_hostlist
 from ..slurm.types import JobState, SlurmJob
 from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
 from ..model import Node, NodeShares
-from ..placement import free_after
+from ..plan_on_nodes import free_after
 from ..slurm.gres import gpus_per_allocated_node
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 

@@ -23,16 +23,14 @@ from ..model import RoundPlan, Snapshot
 from . import enact as en
 from . import stops
 from .acting import SlurmActions
-from ..churn_rules import idle_stops
-from ..placement import free_after
 from .churn import ChurnGuard
 from .credentials import RecentDepartures
 from .idle import SwitchClock
 from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
-from .layout import Layout
+from .node_steps import fit_nodes, keep_idle_stops, place_around_kept
 from .specs import LiveSpec
 from ..slurm.gres import expand_hostlist
-from ..slurm.types import JobState, SlurmJob
+from ..slurm.types import SlurmJob
 
 log = logging.getLogger("shockslurm.live.cluster")
 
@@ -44,11 +42,6 @@ class StaleSnapshot(ShockslurmError):
         super().__init__(f"the Slurm snapshot is {age_s:.1f} s old (bound {bound_s:g} s)")
         self.age_s = age_s
         self.bound_s = bound_s
-
-
-def _job_ids(value: object) -> set[int]:
-    """Job ids from a plan's `info` entry (a list of ids, or absent)."""
-    return {int(j) for j in value} if isinstance(value, (list, tuple)) else set()
 
 
 @dataclass
@@ -140,16 +133,15 @@ class EnactPhases(SlurmActions):
         ours = [j for j in self._slurm_jobs if self._ours(j)]
         remaining = {v.job_id: v.remaining_iterations / v.iterations_per_s
                      for v in snapshot.jobs if v.iterations_per_s > 0}
-        moved = _job_ids(plan.info.get("moved")) if snapshot.nodes else set()
+        moved = plan.info_ids("moved") if snapshot.nodes else set()
         plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats,
                                 remaining, moved=moved)
-        moved -= set(stats.kept)
+        plan, moved = place_around_kept(plan, snapshot, moved - set(stats.kept))
         pins = en.pin_nodes(plan.placement, ours) if snapshot.nodes else {}
         moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
-        plan = self._fit_nodes(plan, snapshot, ours, moved, stats)
+        plan = fit_nodes(plan, snapshot, ours, moved, stats)
         resumed = self.stops.pending(ours)
-        plan = self._keep_idle_stops(plan, snapshot, ours, moved, set(resumed), remaining,
-                                     stats)
+        plan = keep_idle_stops(plan, snapshot, ours, moved, set(resumed), remaining, stats)
         e = en.diff(plan, ours, pins=pins, moved=moved)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again
             e = replace(e, stop=tuple(sorted(set(e.stop) | set(resumed))),
@@ -161,54 +153,6 @@ class EnactPhases(SlurmActions):
         self.allowed_running = frozenset(plan.run) | self._planned | frozenset(e.stop)
         stats.held = len(e.hold)
         return Prepared(plan, ours, e, moved, pins, resumed)
-
-    def _fit_nodes(self, plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
-                   moved: set[int], stats: EnactStats) -> RoundPlan:
-        """The plan without the starts whose planned nodes lack GPUs once the jobs that keep
-        running are counted (`enact.fit_on_nodes`): planned running jobs that are not moved,
-        and running jobs the churn bounds or a failed signal keep (they are in `plan.run`)."""
-        if not snapshot.nodes or not plan.placement:
-            return plan
-        by_id = {j.job_id: j for j in ours}
-        holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
-        free = Layout(snapshot.nodes, snapshot.placements, snapshot.reserved).free(holding)
-        starts = sorted((j for j in plan.run if j in by_id and j not in holding),
-                        key=lambda j: (by_id[j].submit_time, j))
-        dropped = en.fit_on_nodes(starts, plan.placement, free)
-        if not dropped:
-            return plan
-        log.info("not starting %s this round: their planned nodes are still held by jobs "
-                 "that keep running", list(dropped))
-        stats.dropped = tuple(sorted(set(stats.dropped) | set(dropped)))
-        return replace(plan, run=plan.run - frozenset(dropped),
-                       info={**plan.info, "node_dropped": list(dropped)})
-
-    def _keep_idle_stops(self, plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
-                         moved: set[int], resumed: set[int], remaining: Mapping[int, float],
-                         stats: EnactStats) -> RoundPlan:
-        """The plan with the running jobs it stops but whose GPUs no job of the round takes
-        kept where they run (`churn_rules.idle_stops`, the job nearest its end first); stops
-        begun earlier go on."""
-        if not snapshot.nodes:
-            return plan
-        stopping = sorted((j.job_id for j in ours if j.state is JobState.RUNNING
-                           and j.job_id not in plan.run and j.job_id not in resumed
-                           and j.job_id in snapshot.placements),
-                          key=lambda j: (remaining.get(j, float("inf")), j))
-        if not stopping:
-            return plan
-        holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
-        where = {**{j: plan.placement.get(j, ()) for j in plan.run - holding},
-                 **{j: snapshot.placements[j] for j in holding}}
-        free = free_after(snapshot.nodes, snapshot.reserved, where)
-        kept = idle_stops(stopping, snapshot.placements, free)
-        if not kept:
-            return plan
-        log.info("keeping %s running: no job of this round takes their GPUs", list(kept))
-        stats.kept = {**stats.kept, **dict.fromkeys(kept, "idle")}
-        return replace(plan, run=plan.run | frozenset(kept),
-                       placement={**plan.placement,
-                                  **{j: snapshot.placements[j] for j in kept}})
 
     # ------------------------------------------------------------------ phase 2
     def _journal_round(self, prep: Prepared, snapshot: Snapshot,
@@ -306,7 +250,7 @@ class EnactPhases(SlurmActions):
                                         "unsignalled_dropped": list(dropped)},
                          placement=prep.plan.placement)
         moved = prep.moved - unsignalled
-        sig.plan = self._fit_nodes(plan, snapshot, prep.ours, moved, stats)
+        sig.plan = fit_nodes(plan, snapshot, prep.ours, moved, stats)
         sig.starts = en.diff(sig.plan, prep.ours, pins=prep.pins, moved=moved)
         if dropped:
             log.info("not starting %s this round (GPUs still held by %s)", list(dropped),

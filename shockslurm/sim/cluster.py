@@ -14,7 +14,7 @@ comparable:
   `round_s - 5`, by cutting iterations in proportion.
 - Jobs that arrive during a round join at the next round boundary.
 - Nodes: the cluster is `nodes` (one pool of `gpus` GPUs when none are given); a round runs only
-  the jobs the plan placed (`placement.place_plan`, done by the round loop, or here for a plan
+  the jobs the plan placed (`plan_on_nodes.place_plan`, done by the round loop, or here for a plan
   that comes unplaced), so fragmentation costs simulated time. A job placed on other nodes than
   it ran on in the previous round restarts: it pays the restart overhead like a resumed job.
 
@@ -41,7 +41,8 @@ from typing import Mapping, Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
-from ..placement import NodeBook, free_after, place_plan
+from ..placement import NodeBook
+from ..plan_on_nodes import free_after, place_around, place_plan
 from ..policies import PolicySettings
 from .jobs import Run, SimJob
 
@@ -116,8 +117,9 @@ class SimulatedCluster:
         now = snapshot.now
         if self.churn is not None:
             plan = self._bounded(plan, now, self.churn)
-        if set(plan.placement) != set(plan.run):
-            plan = place_plan(plan, snapshot)
+        if set(plan.placement) != set(plan.run):    # the churn bounds changed it: as live
+            plan = (place_around(plan, snapshot, plan.info_ids("moved"))
+                    if plan.placement else place_plan(plan, snapshot))
         if self.churn is not None:
             plan = self._keep_idle_stops(plan, snapshot)
         self._moved = frozenset(j for j in plan.run if j in self._previous

@@ -22,7 +22,7 @@ import pytest
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.enact import ChurnLimits
 from shockslurm.model import RoundPlan
-from shockslurm.placement import place_plan
+from shockslurm.plan_on_nodes import place_plan
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 

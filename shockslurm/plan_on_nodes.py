@@ -1,0 +1,92 @@
+"""A round's plan on the snapshot's nodes (the node rules themselves are `placement`'s):
+
+- `place_plan`: the round loop's placement step, for every policy (`engine`);
+- `place_around`: the plan placed again once the churn bounds changed its run set, the same in
+  the daemon (`live.phases`) and the simulator (`sim.cluster`);
+- `free_after` and `fit_on_nodes`: free GPUs per node once some jobs hold theirs, and the
+  starts whose planned nodes lack them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from .model import Node, NodeShares, RoundPlan, Snapshot
+from .placement import Placement, place
+
+
+def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
+    """The round loop's placement step: `plan` on the snapshot's nodes (one pool when it names
+    none). The result runs only placed jobs and carries their `placement`; `info` gains
+    `unplaced`, `kept` and `moved` (job ids) when placement changed anything."""
+    if not snapshot.cluster_nodes:     # no GPUs at all (every node down or drained)
+        info = {**plan.info, "unplaced": sorted(plan.run)} if plan.run else dict(plan.info)
+        return RoundPlan(frozenset(), info, {})
+    gang = {v.job_id: v.gang_size for v in snapshot.jobs}
+    running = {j: s for j, s in snapshot.placements.items() if j in gang}
+    result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
+                   snapshot.reserved)
+    return RoundPlan(result.jobs, _noted(plan, result), dict(result.shares))
+
+
+def _noted(plan: RoundPlan, result: Placement) -> dict[str, object]:
+    """`plan.info` with what placement changed (`unplaced`, `kept`, `moved` job ids) added."""
+    info = dict(plan.info)
+    for key in ("unplaced", "kept", "moved"):
+        if getattr(result, key):
+            info[key] = sorted(plan.info_ids(key) | set(getattr(result, key)))
+    return info
+
+
+def place_around(plan: RoundPlan, snapshot: Snapshot, movable: Iterable[int] = ()) -> RoundPlan:
+    """`plan` placed again after the churn bounds changed its run set, in the daemon and the
+    simulator alike: its running jobs stay where they run (held GPUs) unless `movable`; starts
+    and allowed moves go around them (a gang planned onto a kept job's node takes a node with
+    room, or is `unplaced`). Never adds a move; `info["replaced"]`: starts on other nodes."""
+    if not snapshot.cluster_nodes:
+        return plan
+    gang = {v.job_id: v.gang_size for v in snapshot.jobs}
+    fixed = {j: tuple(s) for j, s in snapshot.placements.items()
+             if j in plan.run and j not in set(movable)}
+    free = free_after(snapshot.cluster_nodes, snapshot.reserved, fixed)
+    others = {j: s for j, s in snapshot.placements.items() if j in gang and j not in fixed}
+    result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run if j not in fixed},
+                   others, {n.name: n.gpus - free[n.name] for n in snapshot.cluster_nodes})
+    shares = {**result.shares, **fixed}
+    info = _noted(plan, result)
+    replaced = sorted(j for j, s in result.shares.items()
+                      if j in plan.placement and tuple(plan.placement[j]) != s)
+    if replaced:
+        info["replaced"] = replaced
+    return RoundPlan(frozenset(shares), info, shares)
+
+
+def free_after(nodes: Sequence[Node], reserved: Mapping[str, int],
+               placement: Mapping[int, NodeShares]) -> dict[str, int]:
+    """Free GPUs per node once the `reserved` GPUs and every job's shares in `placement` are
+    taken (below 0 where they overfill a node; shares on unknown nodes are ignored)."""
+    free = {n.name: n.gpus - reserved.get(n.name, 0) for n in nodes}
+    for shares in placement.values():
+        for name, gpus in shares:
+            if name in free:
+                free[name] -= gpus
+    return free
+
+
+def fit_on_nodes(starts: Sequence[int], placement: Mapping[int, NodeShares],
+                 free: Mapping[str, int]) -> tuple[int, ...]:
+    """The jobs of `starts` (in that order) whose planned nodes no longer have their GPUs,
+    given `free` GPUs per node once the jobs that keep running are counted; a job that fits
+    takes its GPUs before the next is tried. Jobs without a placement are not judged."""
+    left = dict(free)
+    dropped = []
+    for job_id in starts:
+        shares = placement.get(job_id)
+        if not shares:
+            continue
+        if all(left.get(n, 0) >= g for n, g in shares):
+            for n, g in shares:
+                left[n] -= g
+        else:
+            dropped.append(job_id)
+    return tuple(dropped)
