@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from shockslurm.daemon import build_daemon, parse_config
 from shockslurm.forecast import ForecastState, forecast
-from shockslurm.reports.reported_progress import ReportedProgress
+from shockslurm.reports.reported_progress import EXTRAPOLATE_AT_MOST_S, ReportedProgress
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.progress_source import RunTimeProgress
 from shockslurm.slurm.types import JobState
@@ -227,3 +227,29 @@ def test_daemon_without_store_or_spool_keeps_run_time_progress():
     d = build_daemon(cfg, FakeBackend([live_job(1)]))
     assert d.progress is None and isinstance(d.cluster.progress_source, RunTimeProgress)
     assert d.cluster.observe(1000.0).job(1).batch_size == 32
+
+
+def test_a_running_jobs_position_is_carried_on_at_its_speed_for_a_capped_time(store):
+    """The last progress report (1.25 epochs, 1 iteration/s, 64 iterations an epoch) is 4 s
+    old: the job is at 1.25 + 4/64 epochs. A report 60 s old carries it 10 s at most
+    (`EXTRAPOLATE_AT_MOST_S`: a hung job gains no more), and never past its epoch's last
+    iteration (the next epoch may run at another batch size); a report from before the job's
+    current start (an earlier run) is not carried; nor is a pending job's."""
+    report(store, register(store, 1), epochs=[32], changes=[], position=1.25,
+           sample=(32.0, 32))
+    report(store, register(store, 2), epochs=[32], changes=[], position=1.95,
+           sample=(32.0, 32))
+    reported_at = T0 + 11          # the progress events' time (`report` above)
+    source = ReportedProgress(store, cluster="slurm")
+
+    def seen(job_id, now, **change):
+        job = replace(live_job(job_id), **{"start_time": T0, **change})
+        cluster = SlurmCluster(FakeBackend([job]), progress_source=source, sleep=lambda s: None)
+        return cluster.observe(now).job(job_id).epochs_done
+
+    assert seen(1, reported_at + 4) == pytest.approx(1.25 + 4 / 64)
+    assert seen(1, reported_at + 60) == pytest.approx(1.25 + EXTRAPOLATE_AT_MOST_S / 64)
+    assert seen(2, reported_at + 2) == pytest.approx(1.95 + 2 / 64)
+    assert seen(2, reported_at + 9) == pytest.approx(2 - 1 / 64)      # its epoch's end
+    assert seen(1, reported_at + 4, start_time=reported_at + 1) == 1.25
+    assert seen(1, reported_at + 4, state=JobState.PENDING) == 1.25

@@ -239,7 +239,7 @@ class SlurmCluster(EventPolling):
         self._idle = self._seen_any and not any(
             j.slurm.state in (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED)
             for j in current.values())
-        self._refresh_progress(current)
+        self._refresh_progress(current, now)
         return self._snapshot(current, impossible, now)
 
     def _registered(self, active: Sequence[SlurmJob]) -> Mapping[int, Mapping[str, object]]:
@@ -290,12 +290,12 @@ class SlurmCluster(EventPolling):
         active_keys = {(j.slurm.job_id, j.slurm.submit_time) for j in current.values()}
         self.bad_specs = {k: r for k, r in self.bad_specs.items() if k in active_keys}
 
-    def _refresh_progress(self, current: Mapping[int, LiveJob]) -> None:
+    def _refresh_progress(self, current: Mapping[int, LiveJob], now: float) -> None:
         refresh = getattr(self.progress_source, "refresh", None)
         if refresh is None:
             return
         try:
-            refresh([j.slurm for j in current.values()])
+            refresh([j.slurm for j in current.values()], now)
         except JournalUnavailable:   # the store is down: no round on guesses
             raise
         except Exception as exc:  # a failing source must not stop the daemon

@@ -31,8 +31,9 @@ class ProgressSource(Protocol):
     """Where a job's progress comes from. The default estimates it from observed run time; the
     daemon reads the training helper's reports from the store instead."""
 
-    def refresh(self, jobs: Sequence[SlurmJob]) -> None:
-        """Called once per round, before `progress`, with every active job (batch reads)."""
+    def refresh(self, jobs: Sequence[SlurmJob], now: float | None = None) -> None:
+        """Called once per round, before `progress`, with every active job (batch reads) and
+        the round's time (Unix seconds, as Slurm's times; None: unknown)."""
 
     def progress(self, job: SlurmJob, spec: LiveSpec, run_time_s: float,
                  epoch_s: float) -> Progress: ...
@@ -49,7 +50,7 @@ class RunTimeProgress:
     """Epochs done = run time observed by the daemon / exclusive epoch time, kept just short of
     the end."""
 
-    def refresh(self, jobs: Sequence[SlurmJob]) -> None:
+    def refresh(self, jobs: Sequence[SlurmJob], now: float | None = None) -> None:
         pass
 
     def progress(self, job: SlurmJob, spec: LiveSpec, run_time_s: float,
