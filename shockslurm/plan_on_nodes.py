@@ -46,8 +46,9 @@ def place_around(plan: RoundPlan, snapshot: Snapshot, movable: Iterable[int] = (
     if not snapshot.cluster_nodes:
         return plan
     gang = {v.job_id: v.gang_size for v in snapshot.jobs}
+    allowed = set(movable)
     fixed = {j: tuple(s) for j, s in snapshot.placements.items()
-             if j in plan.run and j not in set(movable)}
+             if j in plan.run and j not in allowed}
     free = free_after(snapshot.cluster_nodes, snapshot.reserved, fixed)
     others = {j: s for j, s in snapshot.placements.items() if j in gang and j not in fixed}
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run if j not in fixed},
