@@ -107,6 +107,23 @@ def test_no_event_no_early_round(engine):
     assert 5 not in _released(b)
 
 
+def test_a_slow_poll_read_backs_the_poll_off(engine):
+    """A read that takes 0.25 s (a large queue) makes the next poll wait 20 times that (5 s),
+    not the configured 2 s: the daemon spends at most 1/20 of its time reading Slurm."""
+    b = _full_cluster()
+    runner, t, polls = _runner(engine, b)
+    real = runner.daemon.cluster.wants_early_round
+
+    def slow() -> bool:
+        t[0] += 0.25
+        return real()
+    runner.daemon.cluster.wants_early_round = slow      # type: ignore[method-assign]
+    runner.run(max_rounds=2)
+    waits = runner._wake.waits
+    assert waits[0] == POLL_S and set(waits[1:-1]) == {20 * 0.25} and runner.early_rounds == 0
+    assert t[0] == cs.NOW + ROUND_S
+
+
 def test_a_completion_with_nothing_waiting_or_still_completing_is_no_event(engine):
     b = Backend([running(1), running(2), job(5, gpus=8)])     # job 5 is released at once
     runner, t, polls = _runner(engine, b, lambda now: _finish(b, 1, JobState.COMPLETED))

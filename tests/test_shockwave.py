@@ -9,7 +9,8 @@ import pytest
 from shockslurm.model import RoundPlan, Snapshot, check_plan
 from shockslurm.policies import make_policy
 from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
-from shockslurm.policies.shockwave.bench import bench_solver, synthetic_snapshot
+from shockslurm.policies.shockwave.bench import (bench_solver, identical_snapshot,
+                                                   synthetic_snapshot)
 from shockslurm.policies.shockwave.packing import pack
 
 
@@ -186,6 +187,21 @@ def test_resolve_and_replay():
     # an arrival forces a re-solve
     p5 = pol.allocate(dataclasses.replace(at(5), jobs=snap.jobs))
     assert p5.info["resolved"]
+
+
+def test_fairness_counts_from_submission_not_from_the_first_round_seen():
+    """Two identical 1-GPU jobs first seen in the same round on one GPU: job 2 was submitted
+    1,600 s before it (it waited for a round, or for the daemon to start), job 1 just now.
+    Job 2 is behind its target and runs (counted from the round, both would be level and the
+    tie would go to job 1); a submission time after the round counts as the round."""
+    snap = identical_snapshot(2, 1)
+    late, early = snap.jobs
+    snap = dataclasses.replace(snap, jobs=(dataclasses.replace(late, arrival_s=snap.now + 5.0),
+                                           dataclasses.replace(early, arrival_s=400.0)))
+    pol = Shockwave()
+    plan = pol.allocate(snap)
+    assert pol.submit == {late.job_id: snap.now, early.job_id: 400.0}
+    assert plan.run == {early.job_id}
 
 
 def test_empty_snapshot():

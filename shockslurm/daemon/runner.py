@@ -77,6 +77,9 @@ __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_co
 
 OUTAGE_BACKOFF_START_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 60.0
+# The event poll waits at least this many times its last read's duration: on a large queue
+# (a slow `squeue`) it backs off rather than spend more than 1/20 of the time reading Slurm.
+POLL_COST_FACTOR = 20.0
 
 # --------------------------------------------------------------------------- the process
 def keep_restart_keys(new: DaemonConfig, running: DaemonConfig) -> DaemonConfig:
@@ -123,6 +126,7 @@ class DaemonRunner:
         self.failures = 0                             # consecutive failed attempts (Slurm)
         self.outages = {"slurm": 0, "store": 0}
         self.early_rounds = 0                         # rounds started early by an event
+        self.poll_read_s = 0.0                        # the last event poll's duration
         self.boundary = 0.0                           # the latest round's nominal start
         self.monotonic = time.monotonic
         self.backoff_start_s = OUTAGE_BACKOFF_START_S
@@ -373,7 +377,10 @@ class DaemonRunner:
                 continue
             if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
                 continue
-            if cluster.wants_early_round():
+            read_from = loop.clock.now()
+            early = cluster.wants_early_round()
+            self.poll_read_s = loop.clock.now() - read_from
+            if early:
                 self.early_rounds += 1
                 return None
         return None
@@ -381,8 +388,9 @@ class DaemonRunner:
     def _event_poll_s(self, retry: float | None) -> float | None:
         """Seconds between event polls while waiting for the next round, or None for no poll:
         polling is off (`event_poll_seconds = 0`), the last attempt did not run a round (a
-        standby, an outage, a stale snapshot: it waits out its delay)."""
+        standby, an outage, a stale snapshot: it waits out its delay); at least
+        `POLL_COST_FACTOR` times the last poll's read."""
         poll = self.cfg.event_poll_seconds
         if poll <= 0 or retry is not None or self.leading is False:
             return None
-        return poll
+        return max(poll, POLL_COST_FACTOR * self.poll_read_s)

@@ -204,12 +204,14 @@ class DaemonConfig:
         "How long a round waits for requeued jobs to release their GPUs.",
         reload=True)
     event_poll_seconds: float = setting(
-        "nonnegative", 2.0,
+        "nonnegative", 0.5,
         "Between rounds, check Slurm this often (a light `squeue` of the partitions on our "
         "nodes; the full `squeue --json` only when it changed) for a job of the plan that "
         "finished while others wait, a job we do not schedule that freed GPUs on our nodes "
         "that a waiting job of ours fits, or a new job that fits the idle GPUs; if so, the "
-        "next round starts at once (0 = off: starts only at round boundaries).", reload=True)
+        "next round starts at once (0 = off: starts only at round boundaries). A poll waits "
+        "at least 20 times the last light read's duration (a large queue backs it off).",
+        reload=True)
     stop_lead_seconds: float = setting(
         "nonnegative", 4.0,
         "Start each round's reads, solve and stop signals this long before its boundary, so "
