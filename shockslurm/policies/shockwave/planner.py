@@ -3,7 +3,8 @@
 Per round (`allocate`):
 1. Track arrivals (admission time = the job's submission, `JobView.arrival_s`, at the latest
    the round where it is first seen: a job that waited for its first round, or was submitted
-   before the daemon (re)started, is not counted as new) and completions; forecast every job (`forecast.forecast`, which also calibrates).
+   before the daemon (re)started, is not counted as new) and completions; forecast every job
+   (`forecast.forecast`, which also calibrates).
 2. Re-solve on any arrival or completion, when `resolve_every` rounds have passed since the last
    solve, or when the stored plan has no entry for this round; otherwise replay the stored plan.
    (The reference counts its periodic re-solves from round 0 regardless of event re-solves; we
@@ -99,7 +100,7 @@ class Shockwave:
         cfg = self.config
         ids = frozenset(v.job_id for v in snapshot.jobs)
         arrived, left = ids - self._known, self._known - ids
-        arrival = {v.job_id: v.arrival_s for v in snapshot.jobs}
+        arrival = {v.job_id: v.arrival_s for v in snapshot.jobs if v.job_id in arrived}
         for j in arrived:
             self.states[j] = ForecastState(j)
             self.submit[j] = min(arrival[j], snapshot.now)
