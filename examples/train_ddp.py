@@ -108,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sleep", type=float, default=0.0, help="extra seconds per step (tests)")
     ap.add_argument("--pid-dir", help="each rank writes its pid here (tests signal one rank)")
     ap.add_argument("--shard-log", help="each rank logs the sample indices it loads here (tests)")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="auto: a GPU per rank (NCCL) when CUDA is there, else CPU (gloo)")
     args = ap.parse_args(argv)
 
-    gpu = torch.cuda.is_available()
+    gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     dist.init_process_group("nccl" if gpu else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if gpu:

@@ -13,8 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")  # CI installs torch (tests/run.sh); never skipped there
 
 from shockslurm.train.checkpoint import (CheckpointManager, CorruptCheckpoint,  # noqa: E402
-                                         capture, decode_legacy, encode_legacy,
-                                         read_checkpoint, restore, sidecar_path, sidecar_text)
+                                         decode_legacy, encode_legacy, read_checkpoint,
+                                         sidecar_path, sidecar_text)
+from shockslurm.train.state import capture, restore  # noqa: E402
 
 
 def _objects(seed: int = 0):
@@ -336,3 +337,15 @@ def test_load_checkpoint_file_or_directory(tmp_path):
     mgr = _three(tmp_path)
     assert load_checkpoint(tmp_path)["step"] == 30
     assert load_checkpoint(mgr.path_for(20))["step"] == 20
+
+
+def test_a_save_that_fails_midway_leaves_nothing_behind(tmp_path):
+    # torch.save streams into a temporary file: a state it cannot pickle (a lambda) fails
+    # part-way through, and neither the temporary, a sidecar nor a checkpoint may remain.
+    mgr = CheckpointManager(tmp_path, is_writer=True)
+    mgr.save({"format": 2, "x": 1}, 1)
+    with pytest.raises(Exception):
+        mgr.save({"format": 2, "w": torch.zeros(1000), "bad": lambda: None}, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000000001.pt",
+                                                          "ckpt-000000000001.pt.sha256"]
+    assert read_checkpoint(tmp_path / "ckpt-000000000001.pt")["x"] == 1

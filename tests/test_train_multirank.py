@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,8 @@ torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh)
 
 from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
 
+from .train_job import signal_rank_once_running  # noqa: E402
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
 STOP_RE = re.compile(r"stopping at step (\d+) \((.*)\)")
 
@@ -29,7 +29,7 @@ STOP_RE = re.compile(r"stopping at step (\d+) \((.*)\)")
 def _torchrun(tmp: Path, ckpt: str, out: str, *more: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
             "2", str(EXAMPLE), "--ckpt-dir", str(tmp / ckpt), "--out", str(tmp / out),
-            "--every-seconds", "0.3", "--sleep", "0.02", *more]
+            "--every-seconds", "0.3", "--sleep", "0.02", "--device", "cpu", *more]
 
 
 def _env() -> dict[str, str]:
@@ -46,22 +46,9 @@ def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
     reference = torch.load(tmp_path / "ref.pt")
 
     pids = tmp_path / "pids"
-    pids.mkdir()
-    proc = subprocess.Popen(_torchrun(tmp_path, "ck", "final.pt", "--pid-dir", str(pids)),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=_env())
-    try:
-        deadline = time.monotonic() + 120
-        while not (pids / "rank1.pid").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.1)
-        time.sleep(2.0)                                  # well into training (160 steps ~ 6 s)
-        os.kill(int((pids / "rank1.pid").read_text()), signal.SIGUSR1)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output[-3000:]
+    rc, output = signal_rank_once_running(
+        _torchrun(tmp_path, "ck", "final.pt", "--pid-dir", str(pids)), pids, 1, _env())
+    assert rc == 0, output[-3000:]
     stops = STOP_RE.findall(output)
     assert len(stops) == 2, output[-3000:]
     steps = {int(s) for s, _ in stops}

@@ -23,14 +23,18 @@ def _port() -> int:
 
 
 def _build(seed: int):
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.2), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4))
+    # A CPU mesh: without one, FSDP2 builds its mesh on the GPU where one is present (two ranks
+    # on one GPU over gloo crashed on the GPU machine).
+    mesh = init_device_mesh("cpu", (2,))
     for layer in (model[0], model[3]):
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model, torch.optim.Adam(model.parameters(), lr=0.01)
 
 

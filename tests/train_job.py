@@ -4,6 +4,10 @@ live test): the training loop after torch is imported, and the job's environment
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 # Appended to a script that has imported `shockslurm.train` (argv: checkpoint dir, output):
 # torch, a small seeded model, three epochs through ShockTrainer, a stop when asked.
@@ -39,3 +43,24 @@ def job_env(**more: str) -> dict[str, str]:
            and k not in ("RANK", "WORLD_SIZE")}
     env.update(OMP_NUM_THREADS="1", **more)
     return env
+
+
+def signal_rank_once_running(cmd: list[str], pids: Path, rank: int, env: dict[str, str],
+                             after_s: float = 2.0) -> tuple[int, str]:
+    """Run `cmd` (examples/train_ddp.py under torchrun with `--pid-dir pids`), send SIGUSR1 to
+    `rank` `after_s` seconds after it wrote its pid (well into training); (rc, output)."""
+    pids.mkdir(exist_ok=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pids / f"rank{rank}.pid").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        time.sleep(after_s)
+        os.kill(int((pids / f"rank{rank}.pid").read_text()), signal.SIGUSR1)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output

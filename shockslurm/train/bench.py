@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointManager, capture
+from .checkpoint import CheckpointManager
+from .state import capture
 from .lease import Lease
 from .reports import Reporter, SpoolSink
 from .trainer import ShockTrainer
@@ -38,6 +39,12 @@ def _model(hidden: int) -> nn.Module:
                          nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
+def _sync(x: torch.Tensor) -> None:
+    """Wait for the device's queued work (timings on a GPU count what ran, not what was queued)."""
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+
+
 def _plain(x, y, model, opt, batch_size: int, steps: int, seed: int) -> float:
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(x), generator=gen)
@@ -50,6 +57,7 @@ def _plain(x, y, model, opt, batch_size: int, steps: int, seed: int) -> float:
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
+    _sync(x)
     return (time.perf_counter() - t0) / steps
 
 
@@ -68,14 +76,16 @@ def _helped(x, y, model, opt, batch_size: int, steps: int, seed: int, tmp: Path)
                 opt.step()
                 st.step()
                 if st.global_step >= steps:
+                    _sync(x)
                     return (time.perf_counter() - t0) / steps
     raise AssertionError("not enough batches")  # pragma: no cover
 
 
 def run(*, hidden: int = 512, batch_size: int = 128, steps: int = 300, repeats: int = 15,
-        threads: int = 1) -> dict[str, Any]:
+        threads: int = 1, device: str = "cpu") -> dict[str, Any]:
     torch.set_num_threads(threads)
-    x, y = _data(batch_size * 64)
+    where = torch.device(device)
+    x, y = (t.to(where) for t in _data(batch_size * 64))
     plain: list[float] = []
     helped: list[float] = []
     with tempfile.TemporaryDirectory(prefix="shockslurm-bench-") as d:
@@ -83,7 +93,7 @@ def run(*, hidden: int = 512, batch_size: int = 128, steps: int = 300, repeats: 
         for r in range(repeats + 1):          # round 0 warms up and is discarded
             for which in ("plain", "helped") if r % 2 else ("helped", "plain"):
                 torch.manual_seed(r)
-                model = _model(hidden)
+                model = _model(hidden).to(where)
                 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
                 t = (_plain(x, y, model, opt, batch_size, steps, r) if which == "plain"
                      else _helped(x, y, model, opt, batch_size, steps, r, tmp))
@@ -102,7 +112,7 @@ def run(*, hidden: int = 512, batch_size: int = 128, steps: int = 300, repeats: 
     overhead = statistics.median(hh / pp for hh, pp in zip(helped, plain)) - 1.0
     return {
         "model": f"MLP 784-{hidden}-{hidden}-10", "batch_size": batch_size, "steps": steps,
-        "repeats": repeats, "threads": threads, "device": "cpu", "torch": torch.__version__,
+        "repeats": repeats, "threads": threads, "device": str(where), "torch": torch.__version__,
         "step_ms_plain": round(p * 1e3, 4), "step_ms_helper": round(h * 1e3, 4),
         "overhead_pct": round(overhead * 100.0, 3), "target_pct": 2.0,
         "checkpoint_ms": round(statistics.median(saves) * 1e3, 3),
@@ -117,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     args = ap.parse_args(argv)
     result = run(hidden=args.hidden, batch_size=args.batch_size, steps=args.steps,
-                 repeats=args.repeats, threads=args.threads)
+                 repeats=args.repeats, threads=args.threads, device=args.device)
     json.dump(result, sys.stdout, indent=2)
     print()
     return 0

@@ -7,7 +7,7 @@ Files (per checkpoint, in the checkpoint directory):
     ckpt-<step:012d>.pt.sha256   its sha256, in `sha256sum` format ("<hex>  <name>"):
                                  `sha256sum -c ckpt-000000000200.pt.sha256` checks it by hand
 
-The dict (`capture`): "format" (2), "step", "model" (the state_dict of the model itself: a DDP,
+The dict (`state.capture`): "format" (2), "step", "model" (the state_dict of the model itself: a DDP,
 DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` prefix), "optimizer",
 "scheduler", "scaler", "rng" (python, numpy as a tensor, torch, cuda), "data" (the data position),
 "batch_size", "extras" (the user's own), and "rng_ranks" in a multi-rank run. So
@@ -15,13 +15,17 @@ DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` pre
     state = torch.load("ckpt/ckpt-000000000200.pt", weights_only=True)
     model.load_state_dict(state["model"])
 
-Writing (rank 0 only): serialise to memory, write the sidecar, then the file, each to a temporary
-file in the same directory, flushed, fsynced and `os.replace`d onto its name (then the directory
-is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any moment leaves
+Writing (rank 0 only): `torch.save` streams into a temporary file in the same directory, hashed
+as it is written (one pass; no copy of the payload in memory), which is flushed and fsynced; then
+the sidecar is written the same way and `os.replace`d onto its name, then the file (then the
+directory is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any moment leaves
 the old set of checkpoints plus at most one new one that is either complete with its sidecar or
 fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
 Reading (any rank): newest first; a file without its sidecar, with a wrong checksum, or that does
-not load is logged as a warning naming it and the next older one is tried.
+not load is logged as a warning naming it and the next older one is tried. The checksum is read
+in chunks, then `torch.load(..., mmap=True)` maps the file (its pages are in the page cache from
+the checksum pass), so a resume holds no second copy of the checkpoint in memory either. Measured
+by `python -m shockslurm.train.restart_bench` (README "Training helper").
 
 Extras that are not tensors / plain containers (your own classes) still save, but
 `weights_only=True` refuses them; the helper then loads its own checkpoint as a full pickle (with
@@ -38,14 +42,12 @@ import io
 import logging
 import os
 import pickle
-import random
 import re
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import IO, Any, Callable, cast
 
-import numpy as np
 import torch
 
 from ._env import rank
@@ -56,6 +58,7 @@ FORMAT_VERSION = 2
 FORMATS_READ = (1, 2)
 SIDECAR_SUFFIX = ".sha256"
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
+_CHUNK = 8 << 20          # bytes read at a time for the checksum
 # format 1: header (magic, payload length, sha256) + pickle, in one file
 LEGACY_MAGIC = b"SHCKPT01"
 _LEGACY_HEADER = struct.Struct(">8sQ32s")
@@ -80,7 +83,51 @@ def sidecar_path(path: Path) -> Path:
 
 def sidecar_text(data: bytes, name: str) -> str:
     """The sidecar of a file named `name` holding `data` (`sha256sum` format)."""
-    return f"{hashlib.sha256(data).hexdigest()}  {name}\n"
+    return _sidecar_line(hashlib.sha256(data).hexdigest(), name)
+
+
+def _sidecar_line(digest: str, name: str) -> str:
+    return f"{digest}  {name}\n"
+
+
+class _HashingWriter:
+    """A binary file for `torch.save` that hashes what passes through it into `fh`."""
+
+    def __init__(self) -> None:
+        self.fh: Any = None
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        return int(self.fh.write(data))
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def _file_sha256(fh: Any, head: bytes = b"") -> str:
+    """The sha256 of `head` and the rest of the open file `fh`, read in chunks."""
+    digest = hashlib.sha256(head)
+    while chunk := fh.read(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """`torch.save(state)` to `path` with its sidecar, atomically (module docstring): the file
+    is streamed to a temporary name and hashed on the way, the sidecar goes in place first, then
+    the file is renamed onto `path`."""
+    writer = _HashingWriter()
+
+    def dump(fh: IO[bytes]) -> None:
+        writer.fh = fh
+        torch.save(state, cast(IO[bytes], writer))
+
+    def sidecar() -> None:
+        line = _sidecar_line(writer.sha256.hexdigest(), path.name)
+        atomic_write(sidecar_path(path), line.encode("ascii"))
+
+    atomic_write(path, dump, before_replace=sidecar)
 
 
 def _expected_digest(path: Path) -> str:
@@ -102,22 +149,30 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state in one checkpoint file, checked against its sidecar (format 1 files against
     their header); raises CorruptCheckpoint saying why when anything does not check out."""
     path = Path(path)
-    data = path.read_bytes()
-    if data[:len(LEGACY_MAGIC)] == LEGACY_MAGIC:
-        return decode_legacy(data, str(path))
-    if hashlib.sha256(data).hexdigest() != _expected_digest(path):
-        raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
-                                "(corrupt, truncated or torn)")
-    return _load(data, str(path))
+    with open(path, "rb") as fh:
+        head = fh.read(len(LEGACY_MAGIC))
+        if head == LEGACY_MAGIC:
+            return decode_legacy(head + fh.read(), str(path))
+        expected = _expected_digest(path)
+        if _file_sha256(fh, head) != expected:
+            raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
+                                    "(corrupt, truncated or torn)")
+    return _load(path, str(path))
 
 
-def _load(payload: bytes | memoryview, name: str) -> dict[str, Any]:
-    """torch.load of checked bytes: weights_only first, a full pickle for extras it refuses."""
+def _load(payload: bytes | memoryview | Path, name: str) -> dict[str, Any]:
+    """torch.load of checked bytes or a checked file (mapped, not read again): weights_only
+    first, a full pickle for extras it refuses."""
+    def load(weights_only: bool) -> Any:
+        if isinstance(payload, Path):
+            return torch.load(payload, map_location="cpu", weights_only=weights_only, mmap=True)
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=weights_only)
+
     try:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        state = load(weights_only=True)
     except pickle.UnpicklingError as refused:
         try:    # checksum matched: our own writer; extras beyond tensors and plain containers
-            state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+            state = load(weights_only=False)
         except Exception as exc:  # the pickle is bad: written by a bad writer
             raise CorruptCheckpoint(f"{name}: payload does not load: {exc}") from None
         log.warning("shockslurm.train: %s holds objects torch.load(weights_only=True) refuses "
@@ -178,15 +233,23 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a crash leaves either the old file or the whole new one."""
+def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *,
+                 before_replace: Callable[[], None] | None = None) -> None:
+    """Write `data` (bytes, or a function that writes into the open file) to `path` so that a
+    crash leaves either the old file or the whole new one; `before_replace` runs once the new
+    file is on disk, before it takes its name."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -241,9 +304,7 @@ class CheckpointManager:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._sweep()
         path = self.path_for(step)
-        data = serialize(state)
-        atomic_write(sidecar_path(path), sidecar_text(data, path.name).encode("ascii"))
-        atomic_write(path, data)
+        write_checkpoint(path, state)
         self._rotate()
         return path
 
@@ -281,119 +342,3 @@ class CheckpointManager:
                     os.unlink(entry.path)
                 except OSError:
                     pass
-
-
-# --------------------------------------------------------------------------- state level
-
-def _numpy_rng_state() -> dict[str, Any]:
-    """numpy's global RNG state as a tensor and numbers (weights_only cannot load an ndarray)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    return {"bit_generator": str(name), "keys": torch.from_numpy(np.asarray(keys).astype(np.int64)),
-            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
-
-
-def _set_numpy_rng_state(state: Any) -> None:
-    if isinstance(state, dict):
-        np.random.set_state((state["bit_generator"], state["keys"].numpy().astype(np.uint32),
-                             state["pos"], state["has_gauss"], state["cached_gaussian"]))
-    else:                                   # format 1: numpy's own tuple
-        np.random.set_state(state)
-
-
-def rng_state() -> dict[str, Any]:
-    """Every RNG stream a training loop commonly touches."""
-    state: dict[str, Any] = {"python": random.getstate(), "numpy": _numpy_rng_state(),
-                             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    python = state["python"]   # a tuple when pickled, a list after some round trips
-    random.setstate((python[0], tuple(python[1]), python[2]))
-    _set_numpy_rng_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    cuda = state.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        if len(cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda)
-        else:
-            log.warning("shockslurm.train: checkpoint has CUDA RNG states for %d devices, this "
-                        "process sees %d; CUDA RNG not restored", len(cuda),
-                        torch.cuda.device_count())
-
-
-def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside DistributedDataParallel / DataParallel / torch.compile wrappers, whose
-    state_dict keys carry no `module.` / `_orig_mod.` prefix."""
-    while True:
-        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
-            model = cast(torch.nn.Module, model.module)
-        elif type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
-            model = cast(torch.nn.Module, model._orig_mod)
-        else:
-            return model
-
-
-def _model_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
-    """The checkpoint's model state for the unwrapped `model`: a format 1 checkpoint of a DDP
-    model has `module.`-prefixed keys, stripped here."""
-    saved = state["model"]
-    prefix = "module."
-    if saved and all(k.startswith(prefix) for k in saved) and not any(
-            k.startswith(prefix) for k in model.state_dict()):
-        return type(saved)((k[len(prefix):], v) for k, v in saved.items())
-    return saved
-
-
-def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-            scheduler: Any = None, scaler: Any = None, data: dict[str, Any] | None = None,
-            batch_size: int | None = None, step: int = 0,
-            extras: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A checkpoint dict: model (unwrapped), optimizer, scheduler, GradScaler, RNG, data
-    position, extras."""
-    return {
-        "format": FORMAT_VERSION,
-        "step": int(step),
-        "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": rng_state(),
-        "data": dict(data or {}),
-        "batch_size": batch_size,
-        "extras": dict(extras or {}),
-    }
-
-
-def restore(state: dict[str, Any], model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
-            scaler: Any = None, rng: bool = True, rng_rank: int = 0,
-            world_size: int = 1) -> None:
-    """Load a `capture()` dict back into live objects (RNG last, so nothing consumes it after).
-
-    A checkpoint of a multi-rank run holds every rank's RNG states (`rng_ranks`); rank
-    `rng_rank` takes its own when the world size is unchanged, else rank 0's (with a warning:
-    the run continues, but not bit-identically)."""
-    if state.get("format") not in FORMATS_READ:
-        raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r} (this "
-                                f"version reads formats {', '.join(map(str, FORMATS_READ))})")
-    inner = unwrap(model)
-    inner.load_state_dict(_model_state(state, inner))
-    if optimizer is not None and state.get("optimizer") is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    if scaler is not None and state.get("scaler") is not None:
-        scaler.load_state_dict(state["scaler"])
-    if rng:
-        ranks = state.get("rng_ranks")
-        if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
-            set_rng_state(ranks[rng_rank])
-        else:
-            if ranks or world_size > 1:
-                log.warning("shockslurm.train: checkpoint has RNG states of %d rank(s), this run "
-                            "has %d; every rank restores rank 0's", len(ranks or [1]),
-                            world_size)
-            set_rng_state(state["rng"])

@@ -44,7 +44,8 @@ import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
-from .checkpoint import CheckpointManager, rng_state, set_rng_state
+from .checkpoint import CheckpointManager
+from .state import rng_state, set_rng_state
 from .data import ResumableSampler, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import _fsync_dir, atomic_write, rng_state, set_rng_state
+from .checkpoint import _fsync_dir, atomic_write
+from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
 

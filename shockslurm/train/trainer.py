@@ -63,10 +63,11 @@ from typing import Any
 import torch
 
 from . import _env
-from .checkpoint import CheckpointManager, capture, restore
+from .checkpoint import CheckpointManager
 from .epochs import EpochLoops, Schedule, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
+from .state import capture, restore
 
 log = logging.getLogger("shockslurm.train")
 

@@ -1,0 +1,130 @@
+"""What a checkpoint holds besides the files' format (`checkpoint`): the dict `capture` builds
+from a model, its optimizer, scheduler and GradScaler, every RNG stream and the data position,
+and `restore`, which puts it back (the keys are listed in `checkpoint`'s docstring)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from .checkpoint import FORMAT_VERSION, FORMATS_READ, CorruptCheckpoint
+
+log = logging.getLogger("shockslurm.train")
+
+
+def _numpy_rng_state() -> dict[str, Any]:
+    """numpy's global RNG state as a tensor and numbers (weights_only cannot load an ndarray)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {"bit_generator": str(name), "keys": torch.from_numpy(np.asarray(keys).astype(np.int64)),
+            "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+
+def _set_numpy_rng_state(state: Any) -> None:
+    if isinstance(state, dict):
+        np.random.set_state((state["bit_generator"], state["keys"].numpy().astype(np.uint32),
+                             state["pos"], state["has_gauss"], state["cached_gaussian"]))
+    else:                                   # format 1: numpy's own tuple
+        np.random.set_state(state)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG stream a training loop commonly touches."""
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": _numpy_rng_state(),
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    python = state["python"]   # a tuple when pickled, a list after some round trips
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    _set_numpy_rng_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            log.warning("shockslurm.train: checkpoint has CUDA RNG states for %d devices, this "
+                        "process sees %d; CUDA RNG not restored", len(cuda),
+                        torch.cuda.device_count())
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside DistributedDataParallel / DataParallel / torch.compile wrappers, whose
+    state_dict keys carry no `module.` / `_orig_mod.` prefix."""
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = cast(torch.nn.Module, model.module)
+        elif type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            model = cast(torch.nn.Module, model._orig_mod)
+        else:
+            return model
+
+
+def _model_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """The checkpoint's model state for the unwrapped `model`: a format 1 checkpoint of a DDP
+    model has `module.`-prefixed keys, stripped here."""
+    saved = state["model"]
+    prefix = "module."
+    if saved and all(k.startswith(prefix) for k in saved) and not any(
+            k.startswith(prefix) for k in model.state_dict()):
+        return type(saved)((k[len(prefix):], v) for k, v in saved.items())
+    return saved
+
+
+def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+            scheduler: Any = None, scaler: Any = None, data: dict[str, Any] | None = None,
+            batch_size: int | None = None, step: int = 0,
+            extras: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A checkpoint dict: model (unwrapped), optimizer, scheduler, GradScaler, RNG, data
+    position, extras."""
+    return {
+        "format": FORMAT_VERSION,
+        "step": int(step),
+        "model": unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": rng_state(),
+        "data": dict(data or {}),
+        "batch_size": batch_size,
+        "extras": dict(extras or {}),
+    }
+
+
+def restore(state: dict[str, Any], model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
+            scaler: Any = None, rng: bool = True, rng_rank: int = 0,
+            world_size: int = 1) -> None:
+    """Load a `capture()` dict back into live objects (RNG last, so nothing consumes it after).
+
+    A checkpoint of a multi-rank run holds every rank's RNG states (`rng_ranks`); rank
+    `rng_rank` takes its own when the world size is unchanged, else rank 0's (with a warning:
+    the run continues, but not bit-identically)."""
+    if state.get("format") not in FORMATS_READ:
+        raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r} (this "
+                                f"version reads formats {', '.join(map(str, FORMATS_READ))})")
+    inner = unwrap(model)
+    inner.load_state_dict(_model_state(state, inner))
+    if optimizer is not None and state.get("optimizer") is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and state.get("scaler") is not None:
+        scaler.load_state_dict(state["scaler"])
+    if rng:
+        ranks = state.get("rng_ranks")
+        if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
+            set_rng_state(ranks[rng_rank])
+        else:
+            if ranks or world_size > 1:
+                log.warning("shockslurm.train: checkpoint has RNG states of %d rank(s), this run "
+                            "has %d; every rank restores rank 0's", len(ranks or [1]),
+                            world_size)
+            set_rng_state(state["rng"])
