@@ -1,5 +1,6 @@
-"""The training helper on a CUDA device: what a CPU run cannot show. Skipped where torch sees no
-GPU (CI has none); README "Training helper" says where and when these last ran on one.
+"""The training helper on a CUDA device: what a CPU run cannot show. Not run where torch sees no
+GPU (CI has none): marked `cuda`, they are deselected there (tests/conftest.py); README
+"Training helper" says where and when these last ran on one.
 
 - float16 autocast with a GradScaler and dropout on CUDA: a run stopped mid-way and resumed in a
   fresh process ends with weights, scaler state and CUDA RNG bit-identical to one that never
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = pytest.mark.cuda     # deselected where torch sees no GPU (tests/conftest.py)
 
 from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
 
