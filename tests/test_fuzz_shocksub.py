@@ -20,6 +20,8 @@ from shockslurm.slurm.submit import (TEMPLATES, JobRequest, load_template, rende
                                      sbatch_argv)
 from shockslurm.slurm.types import MANAGED_TAG, SPEC_PREFIX
 
+from .conftest import REQUIRE_ALL
+
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 FIELDS = {"job_name", "gpus", "model", "epochs", "samples_per_epoch", "batch_sizes", "batch_size",
@@ -134,7 +136,7 @@ ACCEPTED_COMMAND = st.lists(st.text(st.characters(blacklist_characters="\x00\n\r
                             min_size=1, max_size=5)
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.skipif(shutil.which("bash") is None and not REQUIRE_ALL, reason="needs bash")
 @settings(FUZZ, max_examples=15)
 @given(command=ACCEPTED_COMMAND, use_script=st.booleans(),
        template=st.sampled_from(TEMPLATES), nodes=st.integers(1, 3))
