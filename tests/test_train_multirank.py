@@ -8,7 +8,6 @@ throughout: were they not agreed between the ranks, the collectives would mismat
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -20,7 +19,7 @@ torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh)
 
 from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
 
-from .train_job import signal_rank_once_running  # noqa: E402
+from .train_job import job_env, signal_rank_once_running  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
 STOP_RE = re.compile(r"stopping at step (\d+) \((.*)\)")
@@ -32,22 +31,15 @@ def _torchrun(tmp: Path, ckpt: str, out: str, *more: str) -> list[str]:
             "--every-seconds", "0.3", "--sleep", "0.02", "--device", "cpu", *more]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SHOCKSLURM_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
     ref = subprocess.run(_torchrun(tmp_path, "ref-ck", "ref.pt"), capture_output=True, text=True,
-                         timeout=180, env=_env())
+                         timeout=180, env=job_env())
     assert ref.returncode == 0, ref.stderr[-3000:]
     reference = torch.load(tmp_path / "ref.pt")
 
     pids = tmp_path / "pids"
     rc, output = signal_rank_once_running(
-        _torchrun(tmp_path, "ck", "final.pt", "--pid-dir", str(pids)), pids, 1, _env())
+        _torchrun(tmp_path, "ck", "final.pt", "--pid-dir", str(pids)), pids, 1, job_env())
     assert rc == 0, output[-3000:]
     stops = STOP_RE.findall(output)
     assert len(stops) == 2, output[-3000:]
@@ -66,7 +58,7 @@ def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
     assert plain["model"].keys() == reference.keys()
 
     again = subprocess.run(_torchrun(tmp_path, "ck", "final.pt"), capture_output=True, text=True,
-                           timeout=180, env=_env())
+                           timeout=180, env=job_env())
     assert again.returncode == 0, again.stderr[-3000:]
     resumed = re.findall(r"rank (\d) resumed \S+ step (\d+)", again.stdout)
     assert sorted(r for r, _ in resumed) == ["0", "1"] and len({s for _, s in resumed}) == 1

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from .checkpoint import CheckpointManager
-from .state import capture
 from .lease import Lease
 from .reports import Reporter, SpoolSink
+from .state import capture
 from .trainer import ShockTrainer
 
 

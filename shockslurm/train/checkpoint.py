@@ -7,10 +7,10 @@ Files (per checkpoint, in the checkpoint directory):
     ckpt-<step:012d>.pt.sha256   its sha256, in `sha256sum` format ("<hex>  <name>"):
                                  `sha256sum -c ckpt-000000000200.pt.sha256` checks it by hand
 
-The dict (`state.capture`): "format" (2), "step", "model" (the state_dict of the model itself: a DDP,
-DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` prefix), "optimizer",
-"scheduler", "scaler", "rng" (python, numpy as a tensor, torch, cuda), "data" (the data position),
-"batch_size", "extras" (the user's own), and "rng_ranks" in a multi-rank run. So
+The dict (`state.capture`): "format" (2), "step", "model" (the state_dict of the model itself: a
+DDP, DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` prefix),
+"optimizer", "scheduler", "scaler", "rng" (python, numpy as a tensor, torch, cuda), "data" (the
+data position), "batch_size", "extras" (the user's own), and "rng_ranks" in a multi-rank run. So
 
     state = torch.load("ckpt/ckpt-000000000200.pt", weights_only=True)
     model.load_state_dict(state["model"])
@@ -18,9 +18,9 @@ DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` pre
 Writing (rank 0 only): `torch.save` streams into a temporary file in the same directory, hashed
 as it is written (one pass; no copy of the payload in memory), which is flushed and fsynced; then
 the sidecar is written the same way and `os.replace`d onto its name, then the file (then the
-directory is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any moment leaves
-the old set of checkpoints plus at most one new one that is either complete with its sidecar or
-fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
+directory is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any
+moment leaves the old set of checkpoints plus at most one new one that is either complete with
+its sidecar or fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
 Reading (any rank): newest first; a file without its sidecar, with a wrong checksum, or that does
 not load is logged as a warning naming it and the next older one is tried. The checksum is read
 in chunks, then `torch.load(..., mmap=True)` maps the file (its pages are in the page cache from
@@ -83,10 +83,11 @@ def sidecar_path(path: Path) -> Path:
 
 def sidecar_text(data: bytes, name: str) -> str:
     """The sidecar of a file named `name` holding `data` (`sha256sum` format)."""
-    return _sidecar_line(hashlib.sha256(data).hexdigest(), name)
+    return sha256sum_line(hashlib.sha256(data).hexdigest(), name)
 
 
-def _sidecar_line(digest: str, name: str) -> str:
+def sha256sum_line(digest: str, name: str) -> str:
+    """One line of `sha256sum`'s format (sidecars here, the sharded checkpoints' manifest)."""
     return f"{digest}  {name}\n"
 
 
@@ -105,7 +106,7 @@ class _HashingWriter:
         self.fh.flush()
 
 
-def _file_sha256(fh: Any, head: bytes = b"") -> str:
+def file_sha256(fh: Any, head: bytes = b"") -> str:
     """The sha256 of `head` and the rest of the open file `fh`, read in chunks."""
     digest = hashlib.sha256(head)
     while chunk := fh.read(_CHUNK):
@@ -124,7 +125,7 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
         torch.save(state, cast(IO[bytes], writer))
 
     def sidecar() -> None:
-        line = _sidecar_line(writer.sha256.hexdigest(), path.name)
+        line = sha256sum_line(writer.sha256.hexdigest(), path.name)
         atomic_write(sidecar_path(path), line.encode("ascii"))
 
     atomic_write(path, dump, before_replace=sidecar)
@@ -154,7 +155,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         if head == LEGACY_MAGIC:
             return decode_legacy(head + fh.read(), str(path))
         expected = _expected_digest(path)
-        if _file_sha256(fh, head) != expected:
+        if file_sha256(fh, head) != expected:
             raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
                                     "(corrupt, truncated or torn)")
     return _load(path, str(path))

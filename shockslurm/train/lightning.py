@@ -45,10 +45,10 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
 from .checkpoint import CheckpointManager
-from .state import rng_state, set_rng_state
 from .data import ResumableSampler, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
+from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
 

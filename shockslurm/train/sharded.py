@@ -21,7 +21,6 @@ rank sees (the job's shared checkpoint directory).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -32,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import _fsync_dir, atomic_write
+from .checkpoint import _fsync_dir, atomic_write, file_sha256, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
@@ -51,18 +50,16 @@ def _barrier() -> None:
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+        digest = file_sha256(fh)
         os.fsync(fh.fileno())
-    return h.hexdigest()
+    return digest
 
 
 def write_manifest(directory: Path) -> None:
     """Checksum every file of a DCP directory into its manifest (written last)."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-    text = "".join(f"{_digest(p)}  {p.relative_to(directory)}\n" for p in files)
+    text = "".join(sha256sum_line(_digest(p), str(p.relative_to(directory))) for p in files)
     atomic_write(directory / MANIFEST, text.encode("utf-8"))
 
 
