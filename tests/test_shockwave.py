@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from shockslurm.model import RoundPlan, Snapshot, check_plan
@@ -12,6 +13,7 @@ from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
 from shockslurm.policies.shockwave.bench import (bench_solver, identical_snapshot,
                                                    synthetic_snapshot)
 from shockslurm.policies.shockwave.packing import pack
+from shockslurm.policies.shockwave.planner import work_weights
 
 
 def test_registry_builds_shockwave():
@@ -284,3 +286,39 @@ def test_shockwave_on_nodes_plans_only_what_can_be_placed():
     plan = Shockwave().allocate(snap)
     placed = place_plan(plan, snap)
     assert placed.run == plan.run and "unplaced" not in placed.info
+
+
+def _long_and_short(ratio: float, head_start_s: float) -> Snapshot:
+    """Two 1-GPU jobs on one GPU, neither started; job 2 has `ratio` times job 1's work (its
+    epochs last that much longer) and was submitted `head_start_s` before it."""
+    snap = identical_snapshot(2, 1)
+    short, long_ = snap.jobs
+    slow = long_.profile_epoch_durations[0] * ratio
+    long_ = dataclasses.replace(long_, iterations_per_s=long_.iterations_per_s / ratio,
+                                profile_epoch_durations=(slow,) * long_.num_epochs,
+                                exclusive_runtime_s=long_.exclusive_runtime_s * ratio,
+                                arrival_s=short.arrival_s - head_start_s)
+    return dataclasses.replace(snap, jobs=(short, long_))
+
+
+def test_work_weights_are_relative_to_the_median_job():
+    assert list(work_weights(np.array([100.0, 200.0, 400.0]), 1.0)) == [2.0, 1.0, 0.5]
+    assert list(work_weights(np.array([100.0, 400.0]), 0.5)) == pytest.approx([2.5 ** 0.5,
+                                                                              0.625 ** 0.5])
+    assert list(work_weights(np.array([100.0, 400.0]), 0.0)) == [1.0, 1.0]
+    assert list(work_weights(np.array([0.0, 0.0, 5.0]), 1.0)) == [1.0, 1.0, 1.0]   # median 0
+    assert work_weights(np.array([0.0, 1.0, 1.0]), 1.0)[0] == pytest.approx(1e6)  # bounded
+    with pytest.raises(ValueError, match="work_exponent"):
+        ShockwaveConfig(work_exponent=-1)
+
+
+def test_the_job_with_less_work_left_runs_first():
+    """Two jobs compete for one GPU: one with twice the other's work, submitted 500 s earlier
+    and so further behind its finish-time target. The reference's market (equal welfare
+    weights) gives the GPU to the long one; weighted by the inverse of their remaining
+    GPU-seconds (the default) the short one runs first, as under shortest-remaining-work-first,
+    and both finish sooner on average."""
+    snap = _long_and_short(2.0, head_start_s=500.0)
+    short, long_ = (v.job_id for v in snap.jobs)
+    assert Shockwave().allocate(snap).run == {short}
+    assert Shockwave(work_exponent=0.0).allocate(snap).run == {long_}

@@ -11,10 +11,13 @@ Per round (`allocate`):
    count from the last solve.)
 3. A re-solve: on arrival/completion every job's finish-time-fairness series gets a new estimate
    `F_j = submit_j + (profile time of completed epochs + R_j) / min(1, G/N)`; the target is the
-   time-weighted average of the series with momentum. First attempt: the market with the FTF
-   bounds; if infeasible (or no solution in time), the relaxed market with priorities
-   `min(cap, rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish within a
-   round). "now" is the snapshot's clock (the reference uses round count x L).
+   time-weighted average of the series with momentum. Each job's welfare weight is
+   `w_j = (median remaining GPU-seconds / its own) ** work_exponent` (`work_weights`; all 1 in
+   the reference). First attempt: the market with the FTF bounds and weights `w_j`; if
+   infeasible (or no solution in time), the relaxed market with priorities
+   `min(cap, w_j rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish
+   within a round; `w_j` for the others). "now" is the snapshot's clock (the reference uses
+   round count x L).
 4. The chosen rounds per job are laid out in the window's rounds, each round holding only what
    `placement` can place on the snapshot's nodes, in priority order: jobs behind target that
    cannot fit beside the jobs planned for every round first, then those, then highest priority
@@ -65,6 +68,18 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
     vals = np.asarray([f for _, f in series])
     avg = float(vals[0]) if gaps.sum() <= 0 else exact_dot(gaps / gaps.sum(), vals)
     return momentum * avg + (1.0 - momentum) * float(vals[-1])
+
+
+def work_weights(work: np.ndarray, exponent: float) -> np.ndarray:
+    """Each job's welfare weight `(median work / its work) ** exponent` (`work`: remaining
+    GPU-seconds; config `work_exponent`). Work is taken at least a millionth of the median (a
+    job about to end does not get an unbounded weight); all ones when the exponent is 0 or the
+    median job has no work left."""
+    ref = float(np.median(work)) if len(work) else 0.0
+    if exponent == 0 or ref <= 0:
+        return np.ones(len(work))
+    out: np.ndarray = (ref / np.maximum(work, ref * 1e-6)) ** exponent
+    return out
 
 
 def plan_gpus_for_round(snap: Snapshot, chosen: list[int], run: list[int]) -> dict[str, int]:
@@ -171,12 +186,13 @@ class Shockwave:
             dbar = np.maximum(dbar, 1.0)
         T = cfg.future_rounds
         rho = (snap.now + R / share) / np.maximum(target, 1e-9)
+        weight = work_weights(R * gang, cfg.work_exponent)
         prio = np.ones(N)
         behind = rho > cfg.rhomax
         with np.errstate(over="ignore"):
             prio[behind] = np.where(R[behind] < L, rho[behind] ** cfg.finish_exponent,
                                     rho[behind] ** cfg.lam)
-        prio = np.minimum(prio, cfg.priority_cap)
+        prio = np.minimum(prio * weight, cfg.priority_cap)
         base = dict(gang=gang, frac_done=e / E, full_rounds=E * dbar / L, remaining_rounds=R / L,
                     gpus=snap.gpus, rounds=T, k_round=cfg.k * L, tail_weight=cfg.tail_weight,
                     drain_rounds=max(0.0, cfg.tail_drain_factor * exact_dot(gang, R) / L / snap.gpus - T))
@@ -206,7 +222,7 @@ class Shockwave:
         relaxed = True
         res = MarketResult("infeasible", None, None, float("nan"), 0.0)
         if not trivially_infeasible:
-            res = run(np.ones(N), np.maximum(f_lower, 0.0))
+            res = run(np.minimum(weight, cfg.priority_cap), np.maximum(f_lower, 0.0))
             relaxed = not res.ok
         if relaxed:
             res = run(prio, np.zeros(N))
