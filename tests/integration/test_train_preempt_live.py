@@ -9,7 +9,7 @@ How the daemon is made to preempt it: the daemon runs in-process (`job_filter`: 
 jobs) with `gandiva_fair` (time slicing, re-solved at once), 6 s rounds and a 3 s grace; a rival
 managed job asks for the whole cluster (all nodes x all GPUs), so the two can never run together
 and the policy alternates them. The rival is `worker.py` (no torch) and is cancelled at the end.
-The trainer sleeps 80 ms a step so that its 240 steps (~20 s) span several rounds; the uninterrupted
+The trainer sleeps 100 ms a step so that its 240 steps (~25 s) span several rounds; the uninterrupted
 reference run does not sleep (sleeping changes no number).
 """
 
@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_mnist_like.py"
 WORKER = Path(__file__).resolve().parent / "worker.py"
 EPOCHS = 8                 # SCHEDULE 32, 32, 64, 128, ...: 64 + 64 + 32 + 5 x 16 = 240 steps
-STEP_SLEEP_S = 0.08
+STEP_SLEEP_S = 0.1         # ~25 s of steps (at 0.08 s a CI run once got only one stop)
 EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
 TIMEOUT_S = 200
 RUN_RE = re.compile(r"^shocksub: job (\d+) run (\d+) on ")

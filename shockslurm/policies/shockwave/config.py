@@ -61,10 +61,10 @@ class ShockwaveConfig:
     The weights are relative to the median of the jobs in the round, so they do not depend on
     the cluster's size, the number of jobs or the unit of time. Jobs with little work left
     then finish first, as under shortest-remaining-work-first, within the fairness targets'
-    priorities. 1.5 was chosen among 0, 0.5, 0.75, 1, 1.25 and 1.5 on the quality matrix
-    (120/32-900/256, 5 seeds each), `bench switch-cost`'s workloads, the live benchmark's
-    workload family (60 seeds) and the 120-job trace: README "Shockwave", "Work-weighted
-    welfare"."""
+    priorities. 1.5 was chosen among 0, 0.5, 0.75, 1 and 1.5 (1.25 and 2 in part) on the
+    quality matrix (120/32-900/256, 5 seeds each), `bench switch-cost`'s workloads, the live
+    benchmark's workload family (60 seeds) and the 120-job trace: README "Shockwave",
+    "Work-weighted welfare"."""
     fill_order: str = "remaining"
     """Work conservation order: "remaining" (reference: longest forecast remaining time first)
     or "rho" (highest projected finish-time-fairness ratio first)."""
