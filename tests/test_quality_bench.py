@@ -129,6 +129,18 @@ def test_ratio_table_takes_medians_of_per_seed_ratios_against_the_same_workload(
     assert entry["worst_rho_ratio"] == 1.0
 
 
+def test_ratio_table_compares_unfair_fractions_by_difference_not_ratio() -> None:
+    rows = [row("shockwave", 1, unfair_fraction=0.0), row("shockwave", 2, unfair_fraction=0.01),
+            row("shockwave", 3, unfair_fraction=0.0),
+            row("fifo", 1, unfair_fraction=0.3), row("fifo", 2, unfair_fraction=0.21),
+            row("fifo", 3, unfair_fraction=0.0)]
+    (entry,) = ratio_table(rows)
+    assert "unfair_fraction_ratio" not in entry          # x / 0 = inf said nothing
+    assert entry["unfair_fraction_gap"] == pytest.approx(0.2)   # median of 0.3, 0.2, 0.0
+    assert entry["unfair_fraction"] == pytest.approx(0.21)
+    assert all(math.isfinite(v) for v in entry.values() if isinstance(v, float))
+
+
 def test_ratio_table_keeps_gates_and_sizes_apart() -> None:
     rows = [row("shockwave", 1), row("shockwave", 1, size="20/8"),
             row("max_min_fairness", 1, gate="gate", worst_rho=4.0),
@@ -199,6 +211,8 @@ def test_bench_quality_runs_a_tiny_matrix_end_to_end_and_the_same_in_a_process_p
     assert 0.0 <= summary["placement_loss"] < 1.0
     assert summary["makespan_floor_s"] > 0 and summary["makespan_over_floor"] >= 1.0
     assert "makespan (theirs) / floor" in result.output
+    assert "| unfair (theirs) | unfair gap (points) |" in result.output
+    assert "inf" not in result.output.split("| policy |")[1]
     assert (plots / "quality-12x4.png").stat().st_size > 1000
     again = CliRunner().invoke(cli, ["bench", "quality", "--sizes", "12/4", "--seeds", "2",
                                      "--policies", "max_min_fairness,fifo", "--workers", "2",

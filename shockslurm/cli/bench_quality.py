@@ -28,7 +28,8 @@ def _x(value: float) -> str:
 
 def format_tables(ratios: Sequence[Row], summary: Sequence[Row]) -> str:
     """Per size: Shockwave's medians, re-solve times, placement loss and makespan floor, then each
-    baseline's median ratios (baseline / Shockwave: > 1 means Shockwave is better) and its
+    baseline's median ratios (baseline / Shockwave: > 1 means Shockwave is better), its unfair
+    fraction and its gap to Shockwave's in percentage points (> 0: Shockwave fairer), and its
     makespan over the floor (the most any policy could gain on it), as Markdown."""
     lines: list[str] = []
     for s in summary:
@@ -45,14 +46,15 @@ def format_tables(ratios: Sequence[Row], summary: Sequence[Row]) -> str:
                   f"fallbacks {s['fallbacks']}; makespan floor {s['makespan_floor_s']:,.0f} s, "
                   f"shockwave {s['makespan_over_floor']:.2f}x it",
                   "",
-                  ("| policy | gate | makespan | avg JCT | worst rho | unfair | unfair (theirs) "
-                   "| makespan (theirs) / floor |"),
+                  ("| policy | gate | makespan | avg JCT | worst rho | unfair (theirs) "
+                   "| unfair gap (points) | makespan (theirs) / floor |"),
                   "|---|---|---|---|---|---|---|---|"]
         for r in ratios:
             if r["size"] == size:
                 lines.append(f"| {r['policy']} | {r['gate']} | {_x(r['makespan_s_ratio'])} | "
                              f"{_x(r['avg_jct_s_ratio'])} | {_x(r['worst_rho_ratio'])} | "
-                             f"{_x(r['unfair_fraction_ratio'])} | {r['unfair_fraction']:.1%} | "
+                             f"{r['unfair_fraction']:.1%} | "
+                             f"{100 * r['unfair_fraction_gap']:+.1f} | "
                              f"{_x(r['makespan_over_floor'])} |")
         lines.append("")
     return "\n".join(lines)

@@ -14,9 +14,12 @@ Definitions:
   and a job arriving in between waits for the next re-solve); `nogate` = re-solve every round,
   new jobs start at once (`--resolve-interval 0 --no-idle-new-jobs`). Shockwave and fifo have no
   gate: they run once per workload (gate `-`).
-- **Ratio** of a metric: baseline / Shockwave on the same workload, so > 1 means Shockwave is
-  better (lower). For the unfair fraction a Shockwave value of 0 gives `inf` (or 1 when the
-  baseline's is 0 too). The table shows the median of the per-seed ratios.
+- **Ratio** of a metric (makespan, average JCT, worst rho): baseline / Shockwave on the same
+  workload, so > 1 means Shockwave is better (lower). The table shows the median of the
+  per-seed ratios.
+- **Unfair gap**: the unfair fraction (rho > 1.05) is compared by difference, baseline minus
+  Shockwave on the same workload (> 0: Shockwave has fewer unfair jobs), median over seeds: a
+  ratio is `inf` or in the hundreds wherever Shockwave's fraction is 0 or nearly so.
 - **Re-solve time**: the policy's time in the rounds where it re-solved (`info["resolved"]`;
   every round for a policy that does not say).
 - **Placement loss**: planned GPU-rounds that did not run. Two parts:
@@ -62,8 +65,9 @@ SIZES: tuple[tuple[int, int], ...] = ((120, 32), (220, 64), (460, 128), (900, 25
 REFERENCE_GPUS = 32
 REFERENCE_INTERARRIVAL_S = 42.0
 """The 120-job trace's mean inter-arrival time, drawn for 32 GPUs."""
-RATIO_METRICS = ("makespan_s", "avg_jct_s", "worst_rho", "unfair_fraction")
-ROW_METRICS = (*RATIO_METRICS, "median_rho", "utilization", "sim_wall_s")
+RATIO_METRICS = ("makespan_s", "avg_jct_s", "worst_rho")
+SUMMARY_METRICS = (*RATIO_METRICS, "unfair_fraction")
+ROW_METRICS = (*SUMMARY_METRICS, "median_rho", "utilization", "sim_wall_s")
 Floors = dict[tuple[int, int, int], float]
 """(jobs, GPUs, seed) -> the workload's makespan floor."""
 GATES: dict[str, tuple[float, bool]] = {
@@ -230,9 +234,10 @@ def ratio(baseline: float, reference: float) -> float:
 
 def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     """Per (size, policy, gate) other than the reference: the median over seeds of each
-    `RATIO_METRICS` ratio against the reference's run on the same workload, the median of the
-    metric itself, and of its makespan over the workload's floor. Seeds without a reference run
-    are left out. First-seen order."""
+    `RATIO_METRICS` ratio against the reference's run on the same workload, of the unfair gap
+    (`unfair_fraction_gap`: baseline minus reference), of each `SUMMARY_METRICS` metric itself,
+    and of its makespan over the workload's floor. Seeds without a reference run are left out.
+    First-seen order."""
     refs = {(r["size"], r["seed"]): r for r in rows if r["policy"] == reference}
     groups: dict[tuple[str, str, str], list[Row]] = {}
     for r in rows:
@@ -244,6 +249,9 @@ def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
         for m in RATIO_METRICS:
             entry[f"{m}_ratio"] = statistics.median(
                 ratio(r[m], refs[(size, r["seed"])][m]) for r in group)
+        entry["unfair_fraction_gap"] = statistics.median(
+            r["unfair_fraction"] - refs[(size, r["seed"])]["unfair_fraction"] for r in group)
+        for m in SUMMARY_METRICS:
             entry[m] = statistics.median(r[m] for r in group)
         entry["makespan_over_floor"] = statistics.median(r["makespan_over_floor"] for r in group)
         out.append(entry)
@@ -251,7 +259,7 @@ def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
 
 
 def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
-    """Per size, the reference policy's medians over seeds of `RATIO_METRICS`, of the makespan
+    """Per size, the reference policy's medians over seeds of `SUMMARY_METRICS`, of the makespan
     floor and of its makespan over the floor, its median and
     largest re-solve time, its median and largest placement loss, its median layout cut, and its
     fallbacks."""
@@ -262,7 +270,7 @@ def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
     out = []
     for size, group in groups.items():
         out.append({"size": size, "policy": reference, "seeds": len(group),
-                    **{m: statistics.median(r[m] for r in group) for m in RATIO_METRICS},
+                    **{m: statistics.median(r[m] for r in group) for m in SUMMARY_METRICS},
                     "makespan_floor_s": statistics.median(r["makespan_floor_s"] for r in group),
                     "makespan_over_floor": statistics.median(
                         r["makespan_over_floor"] for r in group),
