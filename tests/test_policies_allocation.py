@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shockslurm.model import JobView
+from shockslurm.policies import _lp
 from shockslurm.policies.allox import AlloX
 from shockslurm.policies.finish_time_fairness import FinishTimeFairness
 from shockslurm.policies.gandiva_fair import GandivaFair
@@ -84,6 +85,20 @@ def test_lp_solver_failure_falls_back_to_equal_share(monkeypatch, caplog):
             for j in CONTENDED:
                 assert x[j.job_id] == pytest.approx(min(1.0, (G / len(CONTENDED)) / j.gang_size))
     assert "injected" in caplog.text
+
+
+def test_a_solver_failure_the_next_solver_makes_good_is_no_warning(caplog):
+    x = cp.Variable(2)
+    problem = cp.Problem(cp.Maximize(cp.sum(x)), [x >= 0, x <= 1])
+    with caplog.at_level(logging.INFO):
+        assert _lp.solve(problem, ("NO_SUCH_SOLVER", "CLARABEL"), what="t")
+    assert x.value == pytest.approx([1.0, 1.0], abs=1e-6)
+    (record,) = [r for r in caplog.records if "NO_SUCH_SOLVER" in r.getMessage()]
+    assert record.levelno == logging.INFO and "CLARABEL solved it" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert not _lp.solve(problem, ("NO_SUCH_SOLVER",), what="t")
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
 
 
 # ------------------------------------------------------------------------------------ MMF

@@ -58,22 +58,30 @@ def equal_share(sf: np.ndarray, gpus: int) -> np.ndarray:
 def solve(problem: cp.Problem, solvers: Sequence[str] = ("ECOS",), what: str = "policy") -> bool:
     """Try each solver in turn; True when one leaves a usable status (values are then set).
 
-    Never raises: solver errors and unusable statuses are logged and the next solver is tried.
+    Never raises: solver errors and unusable statuses are noted and the next solver is tried.
+    A failure that a later solver makes good is logged at INFO (ECOS fails now and then on the
+    larger Themis programs, and Clarabel solves them: nothing for an operator to do); only when
+    every solver failed are the failures a WARNING.
     """
+    failures: list[str] = []
     for solver in solvers:
         try:
             with warnings.catch_warnings():   # cvxpy warns on inaccurate points; we log instead
                 warnings.simplefilter("ignore", UserWarning)
                 problem.solve(solver=solver)
         except (cp.error.SolverError, ValueError, ArithmeticError) as exc:
-            log.warning("%s: solver %s failed: %s", what, solver, exc)
+            failures.append(f"solver {solver} failed: {exc}")
             continue
         if problem.status in USABLE:
+            for failure in failures:
+                log.info("%s: %s; solver %s solved it", what, failure, solver)
             if problem.status != cp.OPTIMAL:
                 log.info("%s: solver %s status %s; using its point anyway (as the reference)",
                          what, solver, problem.status)
             return True
-        log.warning("%s: solver %s status %s", what, solver, problem.status)
+        failures.append(f"solver {solver} status {problem.status}")
+    for failure in failures:
+        log.warning("%s: %s", what, failure)
     return False
 
 
