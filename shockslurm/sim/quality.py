@@ -14,12 +14,9 @@ Definitions:
   and a job arriving in between waits for the next re-solve); `nogate` = re-solve every round,
   new jobs start at once (`--resolve-interval 0 --no-idle-new-jobs`). Shockwave and fifo have no
   gate: they run once per workload (gate `-`).
-- **Ratio** of a metric (makespan, average JCT, worst rho): baseline / Shockwave on the same
-  workload, so > 1 means Shockwave is better (lower). The table shows the median of the
-  per-seed ratios.
-- **Unfair gap**: the unfair fraction (rho > 1.05) is compared by difference, baseline minus
-  Shockwave on the same workload (> 0: Shockwave has fewer unfair jobs), median over seeds: a
-  ratio is `inf` or in the hundreds wherever Shockwave's fraction is 0 or nearly so.
+- **Ratio** of makespan, average JCT and worst rho: baseline / Shockwave on the same workload
+  (> 1: Shockwave better); **unfair gap**: baseline minus Shockwave unfair fraction (rho > 1.05;
+  a ratio would be `inf` where Shockwave's is 0). Both are medians over seeds.
 - **Re-solve time**: the policy's time in the rounds where it re-solved (`info["resolved"]`;
   every round for a policy that does not say).
 - **Placement loss**: planned GPU-rounds that did not run. Two parts:
