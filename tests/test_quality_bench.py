@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from shockslurm.cli.main import cli
 from shockslurm.policies import REGISTRY
 from shockslurm.sim.bounds import makespan_bound
-from shockslurm.sim.quality import (UNGATED, Case, cases, frontier_points, layout_cut,
-                                    makespan_floor, objective_drop, parse_sizes, placement_loss,
-                                    ratio, ratio_table, resolve_times, size_summary, sim_config,
+from shockslurm.sim.quality import (Case, cases, makespan_floor, parse_sizes, sim_config,
                                     solo_runtimes, workload)
+from shockslurm.sim.quality_summary import (UNGATED, frontier_points, layout_cut, objective_drop,
+                                            placement_loss, ratio, ratio_table, resolve_times,
+                                            size_summary)
 from shockslurm.sim.run import RoundRecord, simulate
 from shockslurm.workload.reference_like import catalogue_throughputs
 

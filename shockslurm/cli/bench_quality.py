@@ -1,5 +1,5 @@
 """`shockslurm bench quality`: Shockwave against every baseline on reference-like workloads of
-several sizes, with and without the baselines' Gavel gate (`sim.quality` defines every number)."""
+several sizes, with and without the baselines' Gavel gate (`sim.quality`, `sim.quality_summary`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import click
 
 from ..errors import ShockslurmError
 from ..policies import REGISTRY
-from ..sim.quality import (REFERENCE, SIZES, Row, cases, parse_sizes, quality_runs, ratio_table,
-                           size_label, size_summary, write_frontier_plots)
+from ..sim.quality import SIZES, cases, parse_sizes, quality_runs, size_label, write_frontier_plots
+from ..sim.quality_summary import REFERENCE, Row, ratio_table, size_summary
 from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
 from .options import (benchmark_policy_options, json_option, plot_option, policy_list,

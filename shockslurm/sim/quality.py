@@ -2,9 +2,9 @@
 seeds through Shockwave and every baseline, the baselines both with the reference's Gavel gate and
 without it, summarised per size as median ratios against Shockwave.
 
-The runs (`quality_runs`) are simulations; everything after them is pure aggregation over plain
-rows (`run_row`, `placement_loss`, `resolve_times`, `ratio_table`, `size_summary`), so it is
-tested on hand-made rows.
+The runs (`quality_runs`) are simulations, each summarised as a plain row (`run_row`); what is
+measured of a run and how rows are aggregated is `sim.quality_summary`'s (pure, tested on
+hand-made rows).
 
 Definitions:
 - **Workload**: `workload.reference_like` with `jobs` jobs at the 120-job trace's load per GPU
@@ -14,47 +14,29 @@ Definitions:
   and a job arriving in between waits for the next re-solve); `nogate` = re-solve every round,
   new jobs start at once (`--resolve-interval 0 --no-idle-new-jobs`). Shockwave and fifo have no
   gate: they run once per workload (gate `-`).
-- **Ratio** of makespan, average JCT and worst rho: baseline / Shockwave on the same workload
-  (> 1: Shockwave better); **unfair gap**: baseline minus Shockwave unfair fraction (rho > 1.05;
-  a ratio would be `inf` where Shockwave's is 0). Both are medians over seeds.
-- **Re-solve time**: the policy's time in the rounds where it re-solved (`info["resolved"]`;
-  every round for a policy that does not say).
-- **Placement loss**: planned GPU-rounds that did not run. Two parts:
-  `pack_loss` = 1 - (GPU-rounds `pack` laid out in the window) / (GPU-rounds of the market's
-  plan, `sum_j gang_j n_j`, after the planner's capped re-solve), summed over Shockwave's
-  re-solves: the work the program plans but no round-by-round layout holds; and `round_loss` = GPUs of the round's plan that did
-  not run (trimmed by the policy's work conservation, or left `unplaced` by the round loop's
-  placement) / GPUs of the round's plan, summed over rounds (for a baseline: its allocation as
-  planned, before placement). `placement_loss = 1 - (1 - pack_loss)(1 - round_loss)`.
-- **Layout cut**: `layout_cut` = (GPU-rounds the first solve chose that the priority layout
-  could not hold) / (GPU-rounds the first solve chose), summed over Shockwave's re-solves: what
-  the aggregated program over-promises and the capped re-solve takes back (before it, this was
-  the pack loss).
 - **Makespan floor**: `bounds.makespan_bound` of the workload on the case's GPUs with each job's
   run time alone under the matrix's rules (`solo_runtimes`: fifo with a GPU for every gang, so
   each job runs every round from its first; in the `reference` mode the reference's batch-size
   rules, not the profile, set a job's pace). No policy's makespan is below it, so a baseline's
   `makespan_over_floor` is the largest makespan ratio any scheduler could reach against it.
-- **Objective drop**: the median over Shockwave's re-solves of
-  `(objective - objective_placed) / |objective|`: how much worse the market's objective scores
-  with each job's progress cut to the rounds `pack` gave it.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..model import JobSpec, parse_cluster_shape
 from ..policies import PolicySettings
 from ..workload.reference import Throughputs, reference_jobs
 from ..workload.reference_like import ReferenceLikeConfig, generate_reference_like
 from .bounds import makespan_bound
-from .run import RoundRecord, SimConfig, SimResult, simulate
+from .quality_summary import (REFERENCE, SUMMARY_METRICS, UNGATED, Row, frontier_points,
+                              layout_cut, objective_drop, placement_loss, resolve_times)
+from .run import SimConfig, SimResult, simulate
 
 SIZES: tuple[tuple[int, int], ...] = ((120, 32), (220, 64), (460, 128), (900, 256),
                                       (2000, 512), (5000, 2048))
@@ -62,8 +44,6 @@ SIZES: tuple[tuple[int, int], ...] = ((120, 32), (220, 64), (460, 128), (900, 25
 REFERENCE_GPUS = 32
 REFERENCE_INTERARRIVAL_S = 42.0
 """The 120-job trace's mean inter-arrival time, drawn for 32 GPUs."""
-RATIO_METRICS = ("makespan_s", "avg_jct_s", "worst_rho")
-SUMMARY_METRICS = (*RATIO_METRICS, "unfair_fraction")
 ROW_METRICS = (*SUMMARY_METRICS, "median_rho", "utilization", "sim_wall_s")
 Floors = dict[tuple[int, int, int], float]
 """(jobs, GPUs, seed) -> the workload's makespan floor."""
@@ -71,10 +51,6 @@ GATES: dict[str, tuple[float, bool]] = {
     "gate": (PolicySettings.min_resolve_interval_s, PolicySettings.idle_unallocated),
     "nogate": (0.0, False)}
 """Gate name -> (minimum re-solve interval s, new jobs idle until the next re-solve)."""
-UNGATED = "-"
-REFERENCE = "shockwave"
-
-Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -151,57 +127,6 @@ def sim_config(case: Case) -> SimConfig:
     return SimConfig(gpus=case.gpus, **common)
 
 
-# ---------------------------------------------------------------------------- pure aggregation
-def resolve_times(rounds: Iterable[RoundRecord]) -> list[float]:
-    """Solve times of the rounds where the policy re-solved (all rounds if it never says)."""
-    rounds = list(rounds)
-    if any("resolved" in r.info for r in rounds):
-        return [r.solve_s for r in rounds if r.info.get("resolved")]
-    return [r.solve_s for r in rounds]
-
-
-def placement_loss(rounds: Iterable[RoundRecord], gangs: Mapping[int, int]) -> dict[str, float]:
-    """`pack_loss`, `round_loss` and `placement_loss` (module docstring) of one run."""
-    planned = packed = 0
-    round_planned = round_lost = 0
-    for r in rounds:
-        info = r.info
-        if "planned_gpu_rounds" in info:
-            planned += int(info["planned_gpu_rounds"])
-            packed += int(info["packed_gpu_rounds"])
-        unplaced = sum(gangs[j] for j in info.get("unplaced", ()))
-        if "plan_gpus" in info:
-            round_planned += int(info["plan_gpus"])
-            round_lost += int(info["plan_gpus_lost"]) + unplaced
-        else:
-            round_planned += r.gpus_used + unplaced
-            round_lost += unplaced
-    pack = (planned - packed) / planned if planned else 0.0
-    trim = round_lost / round_planned if round_planned else 0.0
-    return {"pack_loss": pack, "round_loss": trim, "placement_loss": 1 - (1 - pack) * (1 - trim)}
-
-
-def layout_cut(rounds: Iterable[RoundRecord]) -> float:
-    """`layout_cut` (module docstring) of one run; 0 without re-solves that report it."""
-    cut = chose = 0
-    for r in rounds:
-        if "uncapped_gpu_rounds" in r.info:
-            cut += int(r.info["layout_cut_gpu_rounds"])
-            chose += int(r.info["uncapped_gpu_rounds"])
-    return cut / chose if chose else 0.0
-
-
-def objective_drop(rounds: Iterable[RoundRecord]) -> float:
-    """Median over Shockwave's re-solves of how much worse the plan scores as `pack` laid it out
-    than as the solver chose it: `(objective - objective_placed) / |objective|` (0 without
-    re-solves that report both)."""
-    drops = [(float(r.info["objective"]) - float(r.info["objective_placed"]))
-             / abs(float(r.info["objective"]))
-             for r in rounds if "objective_placed" in r.info
-             and math.isfinite(float(r.info["objective"])) and float(r.info["objective"]) != 0]
-    return statistics.median(drops) if drops else 0.0
-
-
 def run_row(case: Case, result: SimResult, gangs: Mapping[int, int], floor_s: float) -> Row:
     """One simulation as a plain row: the case, its metrics, the workload's makespan floor and
     how far above it the run ended, re-solve times, placement loss."""
@@ -220,78 +145,6 @@ def run_row(case: Case, result: SimResult, gangs: Mapping[int, int], floor_s: fl
             "objective_drop": objective_drop(result.rounds),
             "layout_cut": layout_cut(result.rounds),
             **placement_loss(result.rounds, gangs)}
-
-
-def ratio(baseline: float, reference: float) -> float:
-    """baseline / reference (> 1: the reference is better); 0/0 = 1, x/0 = inf."""
-    if reference == 0:
-        return 1.0 if baseline == 0 else math.inf
-    return baseline / reference
-
-
-def ratio_table(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
-    """Per (size, policy, gate) other than the reference: the median over seeds of each
-    `RATIO_METRICS` ratio against the reference's run on the same workload, of the unfair gap
-    (`unfair_fraction_gap`: baseline minus reference), of each `SUMMARY_METRICS` metric itself,
-    and of its makespan over the workload's floor. Seeds without a reference run are left out.
-    First-seen order."""
-    refs = {(r["size"], r["seed"]): r for r in rows if r["policy"] == reference}
-    groups: dict[tuple[str, str, str], list[Row]] = {}
-    for r in rows:
-        if r["policy"] != reference and (r["size"], r["seed"]) in refs:
-            groups.setdefault((r["size"], r["policy"], r["gate"]), []).append(r)
-    out = []
-    for (size, policy, gate), group in groups.items():
-        entry: Row = {"size": size, "policy": policy, "gate": gate, "seeds": len(group)}
-        for m in RATIO_METRICS:
-            entry[f"{m}_ratio"] = statistics.median(
-                ratio(r[m], refs[(size, r["seed"])][m]) for r in group)
-        entry["unfair_fraction_gap"] = statistics.median(
-            r["unfair_fraction"] - refs[(size, r["seed"])]["unfair_fraction"] for r in group)
-        for m in SUMMARY_METRICS:
-            entry[m] = statistics.median(r[m] for r in group)
-        entry["makespan_over_floor"] = statistics.median(r["makespan_over_floor"] for r in group)
-        out.append(entry)
-    return out
-
-
-def size_summary(rows: Sequence[Row], reference: str = REFERENCE) -> list[Row]:
-    """Per size, the reference policy's medians over seeds of `SUMMARY_METRICS`, of the makespan
-    floor and of its makespan over the floor, its median and
-    largest re-solve time, its median and largest placement loss, its median layout cut, and its
-    fallbacks."""
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        if r["policy"] == reference:
-            groups.setdefault(r["size"], []).append(r)
-    out = []
-    for size, group in groups.items():
-        out.append({"size": size, "policy": reference, "seeds": len(group),
-                    **{m: statistics.median(r[m] for r in group) for m in SUMMARY_METRICS},
-                    "makespan_floor_s": statistics.median(r["makespan_floor_s"] for r in group),
-                    "makespan_over_floor": statistics.median(
-                        r["makespan_over_floor"] for r in group),
-                    "resolve_median_s": statistics.median(r["resolve_median_s"] for r in group),
-                    "resolve_max_s": max(r["resolve_max_s"] for r in group),
-                    "pack_loss": statistics.median(r["pack_loss"] for r in group),
-                    "round_loss": statistics.median(r["round_loss"] for r in group),
-                    "placement_loss": statistics.median(r["placement_loss"] for r in group),
-                    "placement_loss_max": max(r["placement_loss"] for r in group),
-                    "objective_drop": statistics.median(r["objective_drop"] for r in group),
-                    "layout_cut": statistics.median(r["layout_cut"] for r in group),
-                    "fallbacks": sum(r["fallbacks"] for r in group)})
-    return out
-
-
-def frontier_points(rows: Sequence[Row], size: str) -> list[tuple[str, float, float]]:
-    """(label, median makespan s, median worst rho) of each policy and gate at `size`."""
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        if r["size"] == size:
-            label = r["policy"] if r["gate"] == UNGATED else f"{r['policy']} ({r['gate']})"
-            groups.setdefault(label, []).append(r)
-    return [(label, statistics.median(r["makespan_s"] for r in g),
-             statistics.median(r["worst_rho"] for r in g)) for label, g in groups.items()]
 
 
 # ---------------------------------------------------------------------------- running it
