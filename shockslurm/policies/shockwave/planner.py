@@ -33,10 +33,12 @@ Per round (`allocate`):
    the plan), `packed_gpu_rounds` (what `pack` laid out), and `objective_placed`, the market's
    objective with each job's progress cut to the rounds it was given (`objective` is the
    solver's, before packing).
-5. Work conservation for the round about to run: the plan's jobs are placed on the nodes
-   (running jobs where they run; a job that cannot be placed is trimmed: `info` has the round's
-   `plan_gpus` and the trimmed `plan_gpus_lost`), then idle GPUs go to
-   unscheduled jobs, longest forecast remaining time first, first that can be placed.
+5. Work conservation for the round about to run: the plan's jobs are placed on the nodes by
+   the round loop's own rules (`placement.place`: running jobs where they run, and where that
+   leaves a planned gang out, running jobs moved to make room for it; a job that still cannot
+   be placed is trimmed: `info` has the round's `plan_gpus` and the trimmed `plan_gpus_lost`),
+   then idle GPUs go to unscheduled jobs, longest forecast remaining time first, first that
+   can be placed.
 If the solver yields nothing in time the planner replays the last plan (finished jobs dropped)
 or, without one, schedules greedily by fairness ratio; it logs a warning either way.
 """
@@ -52,7 +54,7 @@ import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
 from ...model import RoundPlan, Snapshot
-from ...placement import NodeBook
+from ...placement import NodeBook, place
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
 from .packing import pack, priority_layout
@@ -294,15 +296,17 @@ class Shockwave:
     # ------------------------------------------------------------------ work conservation
     @staticmethod
     def _fill(snap: Snapshot, chosen: list[int], key: Callable[[int], float]) -> list[int]:
-        """The plan's jobs that can be placed (running ones where they run), then idle GPUs to
-        others in `key` order while a gang can still be placed."""
+        """The plan's jobs as the round loop will place them (`placement.place`: running jobs
+        where they run, others around them, and where that leaves a planned gang out, running
+        jobs displaced for it), then idle GPUs to others in `key` order while a gang can still
+        be placed."""
         gang = {v.job_id: v.gang_size for v in snap.jobs}
+        running = {j: s for j, s in snap.placements.items() if j in gang}
+        placed = place(snap.cluster_nodes, {j: gang[j] for j in chosen}, running, snap.reserved)
+        run = [j for j in chosen if j in placed.shares]
         book = NodeBook(snap.cluster_nodes, snap.reserved)
-        run = []
-        for j in chosen:                      # the plan first (trimmed if it overflows)
-            where = snap.placements.get(j)
-            if (where is not None and book.take_at(where)) or book.take(gang[j]) is not None:
-                run.append(j)
+        for j in run:
+            book.take_at(placed.shares[j])
         if book.free_gpus > 0:
             taken = set(run)
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
