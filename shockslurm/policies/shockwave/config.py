@@ -73,7 +73,8 @@ class ShockwaveConfig:
     1.0 was chosen on 2026-11-26 (README "Shockwave", "The tail's drain") against the earlier
     1.25, which was chosen on the 120-job trace alone: on the quality matrix (120/32-900/256, 5
     seeds each) the median makespan against max_min_fairness rose from 1.09-1.22x to
-    1.16-1.33x for an average JCT 1-4 % longer; on `bench switch-cost`'s workloads the
+    1.16-1.33x for an average JCT 1-4 % longer (at 5000/2048, whose makespan is the floor's
+    either way, 0.99x -> 0.96x of max_min_fairness's); on `bench switch-cost`'s workloads the
     makespan fell 4-9 %; the live benchmark's family did not change."""
     progress_model: str = "forecast"
     """Epoch duration that converts planned rounds into planned epochs. "past": the reference's
