@@ -34,8 +34,8 @@ Per round (`allocate`):
    objective with each job's progress cut to the rounds it was given (`objective` is the
    solver's, before packing).
 5. Work conservation for the round about to run: the plan's jobs are placed on the nodes by
-   the round loop's own rules (`placement.place`: running jobs where they run, and where that
-   leaves a planned gang out, running jobs moved to make room for it; a job that still cannot
+   the round loop's own step (`plan_on_nodes.place_plan`: running jobs where they run, and where
+   that leaves a planned gang out, running jobs moved to make room for it; a job that still cannot
    be placed is trimmed: `info` has the round's `plan_gpus` and the trimmed `plan_gpus_lost`),
    then idle GPUs go to unscheduled jobs, longest forecast remaining time first, first that
    can be placed.
@@ -54,7 +54,8 @@ import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
 from ...model import RoundPlan, Snapshot
-from ...placement import NodeBook, place
+from ...placement import NodeBook
+from ...plan_on_nodes import place_plan
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
 from .packing import pack, priority_layout
@@ -296,17 +297,16 @@ class Shockwave:
     # ------------------------------------------------------------------ work conservation
     @staticmethod
     def _fill(snap: Snapshot, chosen: list[int], key: Callable[[int], float]) -> list[int]:
-        """The plan's jobs as the round loop will place them (`placement.place`: running jobs
+        """The plan's jobs as the round loop will place them (`place_plan`: running jobs
         where they run, others around them, and where that leaves a planned gang out, running
         jobs displaced for it), then idle GPUs to others in `key` order while a gang can still
         be placed."""
         gang = {v.job_id: v.gang_size for v in snap.jobs}
-        running = {j: s for j, s in snap.placements.items() if j in gang}
-        placed = place(snap.cluster_nodes, {j: gang[j] for j in chosen}, running, snap.reserved)
-        run = [j for j in chosen if j in placed.shares]
+        placed = place_plan(RoundPlan(frozenset(chosen), {}), snap).placement
+        run = [j for j in chosen if j in placed]
         book = NodeBook(snap.cluster_nodes, snap.reserved)
         for j in run:
-            book.take_at(placed.shares[j])
+            book.take_at(placed[j])
         if book.free_gpus > 0:
             taken = set(run)
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
