@@ -68,14 +68,17 @@ class ShockwaveConfig:
     fill_order: str = "remaining"
     """Work conservation order: "remaining" (reference: longest forecast remaining time first)
     or "rho" (highest projected finish-time-fairness ratio first)."""
-    tail_drain_factor: float = 1.0
-    """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers).
-    1.0 was chosen on 2026-11-26 (README "Shockwave", "The tail's drain") against the earlier
-    1.25, which was chosen on the 120-job trace alone: on the quality matrix (120/32-900/256, 5
-    seeds each) the median makespan against max_min_fairness rose from 1.09-1.22x to
-    1.16-1.33x for an average JCT 1-4 % longer (at 5000/2048, whose makespan is the floor's
-    either way, 0.99x -> 0.96x of max_min_fairness's); on `bench switch-cost`'s workloads the
-    makespan fell 4-9 %; the live benchmark's family did not change."""
+    tail_drain_factor: float = 0.95
+    """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers;
+    < 1: the tail pushes jobs a little before they would outlast the drain). 0.95 was chosen on
+    2026-11-26 (README "Shockwave", "The tail's drain") among 1.25 (chosen earlier on the
+    120-job trace alone), 1.0 and 0.9 on the quality matrix (120/32-900/256, 5 seeds each): the
+    median makespan against max_min_fairness is 1.09-1.22x at 1.25, 1.16-1.33x at 1.0,
+    1.19-1.33x at 0.95 and 1.22-1.35x at 0.9, the average JCT 1.06-1.18x, 1.03-1.17x,
+    1.01-1.16x and 1.00-1.16x (0.998x at 900/256: worse than max_min_fairness's); of those,
+    0.95 is the largest factor whose makespan is 1.3x at 460/128 and 900/256. It costs average
+    JCT at 5000/2048, whose makespan is the floor's at every factor (0.99x of
+    max_min_fairness's at 1.25, 0.96x at 1.0). The live benchmark's family does not move."""
     progress_model: str = "forecast"
     """Epoch duration that converts planned rounds into planned epochs. "past": the reference's
     mean duration of the epochs seen so far (dbar). "forecast" (default): the forecast's mean
