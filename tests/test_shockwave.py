@@ -13,7 +13,7 @@ from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
 from shockslurm.policies.shockwave.bench import (bench_solver, identical_snapshot,
                                                    synthetic_snapshot)
 from shockslurm.policies.shockwave.packing import pack
-from shockslurm.policies.shockwave.planner import work_weights
+from shockslurm.policies.shockwave.planner import tail_drain_rounds, work_weights
 
 
 def test_registry_builds_shockwave():
@@ -310,6 +310,21 @@ def test_work_weights_are_relative_to_the_median_job():
     assert work_weights(np.array([0.0, 1.0, 1.0]), 1.0)[0] == pytest.approx(1e6)  # bounded
     with pytest.raises(ValueError, match="work_exponent"):
         ShockwaveConfig(work_exponent=-1)
+
+
+def test_tail_drain_is_the_later_of_the_cluster_drain_and_the_longest_job():
+    gang = np.array([1, 1, 4])
+    remaining = np.array([1200.0, 2400.0, 600.0])       # 6,000 GPU-s of work on 8 GPUs: 750 s
+    # the cluster's drain alone: 0.95 x 750 s = 5.94 rounds of 120 s, less a window of 5
+    assert tail_drain_rounds(gang, remaining, 8, 120.0, 5, 0.95, 0.0) == pytest.approx(0.9375)
+    # the longest job outlasts it: 0.8 x 2,400 s = 16 rounds, less the window
+    assert tail_drain_rounds(gang, remaining, 8, 120.0, 5, 0.95, 0.8) == pytest.approx(11.0)
+    # on 2 GPUs the work sets it again: 0.95 x 3,000 s = 23.75 rounds
+    assert tail_drain_rounds(gang, remaining, 2, 120.0, 5, 0.95, 0.8) == pytest.approx(18.75)
+    assert tail_drain_rounds(gang, remaining, 8, 120.0, 30, 0.95, 0.8) == 0.0   # window covers it
+    assert tail_drain_rounds(gang[:0], remaining[:0], 8, 120.0, 5, 0.95, 0.8) == 0.0
+    with pytest.raises(ValueError, match="tail_longest_factor"):
+        ShockwaveConfig(tail_longest_factor=-0.1)
 
 
 def test_the_job_with_less_work_left_runs_first():

@@ -85,6 +85,18 @@ def work_weights(work: np.ndarray, exponent: float) -> np.ndarray:
     return out
 
 
+def tail_drain_rounds(gang: np.ndarray, remaining_s: np.ndarray, gpus: int, round_s: float,
+                      window: int, drain_factor: float, longest_factor: float) -> float:
+    """Rounds after the window beyond which the tail term charges a job's remaining time (config
+    `tail_weight`): the later of two lower bounds on when the work left can end, each scaled by
+    its factor, less the window (never below 0). The whole cluster's drain, sum of gang x
+    remaining time over the GPUs, times `drain_factor` (config `tail_drain_factor`); the longest
+    remaining time alone, times `longest_factor` (config `tail_longest_factor`)."""
+    cluster_s = drain_factor * exact_dot(gang, remaining_s) / max(gpus, 1)
+    longest_s = longest_factor * float(np.max(remaining_s, initial=0.0))
+    return max(0.0, max(cluster_s, longest_s) / round_s - window)
+
+
 def plan_gpus_for_round(snap: Snapshot, chosen: list[int], run: list[int]) -> dict[str, int]:
     """`plan_gpus`: GPUs of the jobs the stored plan lays in this round; `plan_gpus_lost`: those
     of them that could not be placed and do not run (work conservation's trim)."""
@@ -198,7 +210,8 @@ class Shockwave:
         prio = np.minimum(prio * weight, cfg.priority_cap)
         base = dict(gang=gang, frac_done=e / E, full_rounds=E * dbar / L, remaining_rounds=R / L,
                     gpus=snap.gpus, rounds=T, k_round=cfg.k * L, tail_weight=cfg.tail_weight,
-                    drain_rounds=max(0.0, cfg.tail_drain_factor * exact_dot(gang, R) / L / snap.gpus - T))
+                    drain_rounds=tail_drain_rounds(gang, R, snap.gpus, L, T, cfg.tail_drain_factor,
+                                                   cfg.tail_longest_factor))
         integer = cfg.integer_rounds and N <= cfg.mip_max_jobs
         deadline = t0 + cfg.time_limit_s
 
