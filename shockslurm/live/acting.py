@@ -23,6 +23,7 @@ from typing import Callable, Mapping, Sequence
 
 from . import enact as en
 from . import stops
+from .first_submit import FirstSubmitTimes
 from .journaling import EnactStats, Journal, JournalUnavailable, NullJournal
 from ..slurm.types import CommandResult, JobState, SlurmBackend, SlurmError, SlurmJob
 
@@ -61,6 +62,9 @@ class SlurmActions:
         self.may_act = may_act
         # What may hold GPUs right now (plan ∪ jobs being stopped): for watchers and tests.
         self.allowed_running: frozenset[int] = frozenset()
+        # Each job's first submit time, across requeues (`first_submit`): every read of the
+        # queue hands back jobs keyed as they were first seen.
+        self.first_submit = FirstSubmitTimes()
 
     def _ours(self, job: SlurmJob) -> bool:
         if not job.managed or not set(job.partition.split(",")) & set(self.partitions):
@@ -76,7 +80,11 @@ class SlurmActions:
             raise SlurmError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
 
     def _squeue(self) -> list[SlurmJob]:
-        return self._read("squeue", self.backend.jobs)
+        """The queue, each job with its first submit time (`first_submit`)."""
+        return self._canonical(self._read("squeue", self.backend.jobs))
+
+    def _canonical(self, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
+        return [self.first_submit.canonical(j) for j in jobs]
 
     # ------------------------------------------------------------------ actions
     def _run(self, step: en.Step, stats: EnactStats) -> CommandResult:

@@ -218,6 +218,7 @@ class SlurmCluster(EventPolling):
         self._observe_started = self._monotonic()
         self._poll_seen = None                                  # the next poll reads in full
         slurm_jobs = self._squeue()                             # read 1: squeue --json
+        self.first_submit.forget_others(j.job_id for j in slurm_jobs)
         self.observed_at = self._monotonic()
         nodes = self._read("sinfo", self.backend.nodes)         # read 2: sinfo --json
         self._slurm_jobs, self._nodes = slurm_jobs, nodes

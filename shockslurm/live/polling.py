@@ -49,7 +49,7 @@ class EventPolling(EnactPhases):
         try:
             if not self._queue_changed():
                 return False
-            jobs = self.backend.jobs()
+            jobs = self._canonical(self.backend.jobs())
         except Exception as exc:       # noqa: BLE001 - an outage is the round's to handle
             log.debug("event poll: squeue failed (%s: %s); no event", type(exc).__name__, exc)
             return False

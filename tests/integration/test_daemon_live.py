@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections import Counter
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from shockslurm.daemon import build_daemon, parse_config
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, Job
+from shockslurm.store.models import EnactmentIntent, Job, Run
 
 pytestmark = pytest.mark.slurm
 
@@ -171,6 +172,11 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict, *,
                 f"USR1 -> requeuehold took {sorted(waits)} s (grace {GRACE_S} s)")
             print(f"USR1 -> requeuehold: median {statistics.median(waits or [0.0]):.2f} s, "
                   f"max {max(waits, default=0.0):.2f} s over {len(waits)} stops (grace {GRACE_S} s)")
+            # A requeue moves Slurm's submit time; the daemon keeps the job as it first saw it
+            # (`live/first_submit.py`): one row per job in its run, stopped or not.
+            rows = Counter(j.job_id for j in s.scalars(
+                select(Job).join(Run, Job.run_id == Run.id).where(Run.kind == "live")))
+            assert set(rows) == ours and set(rows.values()) == {1}, rows
         engine.dispose()
 
         # The unmanaged job ran to its normal end.

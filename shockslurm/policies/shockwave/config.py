@@ -63,7 +63,7 @@ class ShockwaveConfig:
     then finish first, as under shortest-remaining-work-first, within the fairness targets'
     priorities. 1.5 was chosen among 0, 0.5, 0.75, 1 and 1.5 (1.25 and 2 in part) on the
     quality matrix (120/32-900/256, 5 seeds each), `bench switch-cost`'s workloads, the live
-    benchmark's workload family (60 seeds) and the 120-job trace: README "Shockwave",
+    benchmark's workload family (60 seeds) and the 120-job trace: docs/shockwave.md,
     "Work-weighted welfare"."""
     fill_order: str = "remaining"
     """Work conservation order: "remaining" (reference: longest forecast remaining time first)
@@ -71,7 +71,7 @@ class ShockwaveConfig:
     tail_drain_factor: float = 0.95
     """The drain time of `tail_weight` is multiplied by this factor (> 1: only clear outliers;
     < 1: the tail pushes jobs a little before they would outlast the drain). 0.95 was chosen on
-    2026-11-26 (README "Shockwave", "The tail's drain") among 1.25 (chosen earlier on the
+    2026-11-26 (docs/shockwave.md, "The tail's drain") among 1.25 (chosen earlier on the
     120-job trace alone), 1.0 and 0.9 on the quality matrix (120/32-900/256, 5 seeds each): the
     median makespan against max_min_fairness is 1.09-1.22x at 1.25, 1.16-1.33x at 1.0,
     1.19-1.33x at 0.95 and 1.22-1.35x at 0.9, the average JCT 1.06-1.18x, 1.03-1.17x,
@@ -86,7 +86,7 @@ class ShockwaveConfig:
     the whole cluster needs for all the work left (the longest job, not the work, sets the
     makespan), pushing every job past the cluster's drain only delays the short ones: the jobs
     within a fifth of the longest are pushed, the others keep their welfare weights. 0.8 was
-    chosen on 2026-11-27 (README "Shockwave", "The tail's drain") among 0, 0.7, 0.8 and 0.9 on
+    chosen on 2026-11-27 (docs/shockwave.md, "The tail's drain") among 0, 0.7, 0.8 and 0.9 on
     the quality matrix (120/32-900/256, 5 seeds each; 0 and 0.8 also at 2000/512 and
     5000/2048): the median makespan against max_min_fairness stays 1.19-1.33x (0.9: 1.31x at
     460/128), the average JCT grows from 1.01-1.16x to 1.03-1.18x, and at 5000/2048, whose
