@@ -152,6 +152,33 @@ def test_killed_in_the_grace_period_resumes_the_stop_without_a_second_usr1(engin
     assert not any(a[1] == "requeuehold" and "1" in a[2].split(",") for a in b.log), b.log
 
 
+def test_a_stop_cut_short_is_resumed_on_a_job_requeued_before(engine):
+    """Slurm sets a job's submit time anew at each requeue (`live/first_submit.py`): the
+    restarted daemon still finds the stop the daemon before it began on a job it had stopped
+    and requeued once already, and resumes it without a second USR1."""
+    b = Backend([running(1), job(2, gpus=8)], exit_on_usr1=True)
+    d1 = daemon(engine, b)
+    t = time.time()
+    round_(d1, {2}, now=t)                                  # job 1 stopped and requeued
+    b._jobs = [replace(j, state=JobState.PENDING, submit_time=j.submit_time + 50)
+               if j.job_id == 1 else j for j in b._jobs]     # as Slurm shows it after that
+    round_(d1, {1, 2}, now=t + 10)                          # released: it runs again
+    assert {j.job_id: j.state for j in b._jobs}[1] is JobState.RUNNING
+    b.log.clear()
+    b.kill_on_read_after_signal = True                      # dies after the second USR1
+    with pytest.raises(Killed):
+        round_(d1, {2}, now=t + 20)
+    b.kill_on_read_after_signal = False
+
+    b.log.clear()
+    d2 = daemon(engine, b)                                  # the restarted daemon
+    d2.reconcile(now=t + 22)
+    round_(d2, {2}, now=t + 22)
+    argv0 = [a[:2] for a in b.log]
+    assert ("scancel", "--signal=USR1") not in argv0, b.log
+    assert argv0[0] == ("scontrol", "requeuehold") and "1" in b.log[0][2].split(","), b.log
+
+
 def test_killed_during_the_signal_call_resolves_it_unknown_and_resumes(engine):
     b = Backend([running(1), job(2, gpus=8)])
     b.kill_on = "--signal=USR1"

@@ -79,7 +79,12 @@ class Daemon:
         `SlurmError` when Slurm cannot be read, `JournalUnavailable` when the store cannot."""
         if self.journal is None:
             return {}
-        jobs = self.cluster._read("squeue", self.cluster.backend.jobs)
+        cluster = self.cluster
+        jobs = cluster._read("squeue", cluster.backend.jobs)
+        by_id = {j.job_id: j for j in jobs}
+        for job_id, first in self.journal.first_submits(jobs).items():
+            cluster.first_submit.seed(by_id[job_id], first)
+        jobs = cluster._canonical(jobs)
         counts = self.journal.reconcile(jobs, time.time() if now is None else now)
         if any(counts.values()):
             log.info("reconciled the store with Slurm: %s", ", ".join(

@@ -200,6 +200,26 @@ class StoreJournal:
                    r.Job.job_id.in_(list(jobs)))
             .order_by(r.EnactmentIntent.created_at, r.EnactmentIntent.id))
 
+    @_store("read the first submit times")
+    def first_submits(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:
+        """The submit time earlier daemons recorded each requeued job of `jobs` under: of this
+        cluster's live rows for its id, the latest at or before Slurm's submit time (Slurm's
+        moves at each requeue; `live/first_submit.py`). Jobs never requeued are left out."""
+        wanted = {j.job_id: j.submit_time for j in jobs if j.restart_count > 0}
+        if not wanted:
+            return {}
+        r = self.repo
+        out: dict[int, float] = {}
+        with Session(self.engine) as s:
+            rows = s.execute(select(r.Job.job_id, r.Job.submit_s)
+                             .join(r.Run, r.Job.run_id == r.Run.id)
+                             .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
+                                    r.Job.job_id.in_(list(wanted))))
+            for job_id, submit_s in rows:
+                if submit_s <= wanted[job_id] and submit_s > out.get(job_id, float("-inf")):
+                    out[job_id] = submit_s
+        return out
+
     @_store("read the stops under way")
     def pending_stops(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:
         wanted = {j.job_id: j.submit_time for j in jobs}

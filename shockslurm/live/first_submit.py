@@ -12,8 +12,9 @@ under FIFO) and escape the churn bounds on its stops.
 `FirstSubmitTimes.canonical` hands back each job of ours with the submit time it had when this
 daemon first saw it, as long as the job id is seen again with a larger restart count (a
 requeue of the same job); a job id seen with another submit time and no more restarts is a new
-job (Slurm reuses ids after a controller reset). It is this process's memory: a daemon started
-after a job's requeue sees that requeue's time, as before.
+job (Slurm reuses ids after a controller reset). A daemon that starts seeds it from the store
+(`seed`, with what earlier daemons recorded each requeued job under), so that its reconciliation,
+its resumed stops and its rows find the jobs of the daemon before it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class FirstSubmitTimes:
             return replace(job, submit_time=seen.first_submit)
         self._seen[job.job_id] = _Seen(job.submit_time, job.submit_time, job.restart_count)
         return job
+
+    def seed(self, job: SlurmJob, first_submit: float) -> None:
+        """Take `first_submit` as the submit time `job` (as Slurm lists it now) was first seen
+        with."""
+        self._seen[job.job_id] = _Seen(first_submit, job.submit_time, job.restart_count)
 
     def forget_others(self, listed: Iterable[int]) -> None:
         """Drop the job ids Slurm no longer lists (a full read of the queue)."""
