@@ -179,6 +179,30 @@ def test_a_stop_cut_short_is_resumed_on_a_job_requeued_before(engine):
     assert argv0[0] == ("scontrol", "requeuehold") and "1" in b.log[0][2].split(","), b.log
 
 
+def test_a_job_requeued_while_no_daemon_ran_keeps_its_registration(engine):
+    """A job registered by shocksub, requeued an hour later while no daemon ran (Slurm's submit
+    time is then the requeue's, far outside the registry's ten minutes): the daemon that
+    starts takes the registration's time as the job's first submit time, so its registered
+    spec is found and its live row is keyed by it."""
+    from shockslurm.store import repository as repo
+    first = NOW - 3600
+    with Session(engine) as s, s.begin():
+        repo.register_submitted_job(s, "slurm", job_id=7, submit_s=first, model="registered",
+                                    epochs=3, samples_per_epoch=10, batch_sizes=[32],
+                                    gang_size=2)
+    requeued = replace(job(7, restarts=1), comment="shock:managed", submit_time=NOW - 5)
+    b = Backend([requeued, running(1, gpus=2)])
+    d = daemon(engine, b)
+    d.reconcile(now=NOW)
+    round_(d, {7, 1})
+    with Session(engine) as s:
+        rows = s.scalars(select(Job).where(Job.job_id == 7)).all()
+        # the registration and the daemon's live row: one job, one submit time, its spec
+        assert len(rows) == 2
+        assert {(r.submit_s, r.model) for r in rows} == {(first, "registered")}, [
+            (r.submit_s, r.model, r.run_id) for r in rows]
+
+
 def test_killed_during_the_signal_call_resolves_it_unknown_and_resumes(engine):
     b = Backend([running(1), job(2, gpus=8)])
     b.kill_on = "--signal=USR1"

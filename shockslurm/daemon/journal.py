@@ -204,7 +204,10 @@ class StoreJournal:
     def first_submits(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:
         """The submit time earlier daemons recorded each requeued job of `jobs` under: of this
         cluster's live rows for its id, the latest at or before Slurm's submit time (Slurm's
-        moves at each requeue; `live/first_submit.py`). Jobs never requeued are left out."""
+        moves at each requeue; `live/first_submit.py`). A requeued job no daemon recorded
+        (requeued while none ran) takes its latest registration's time at or before then, so
+        its spec and reports are found however late the requeue came. Jobs never requeued are
+        left out."""
         wanted = {j.job_id: j.submit_time for j in jobs if j.restart_count > 0}
         if not wanted:
             return {}
@@ -218,6 +221,9 @@ class StoreJournal:
             for job_id, submit_s in rows:
                 if submit_s <= wanted[job_id] and submit_s > out.get(job_id, float("-inf")):
                     out[job_id] = submit_s
+            unseen = {j: t for j, t in wanted.items() if j not in out}
+            for job_id, row in self.repo.latest_registrations(s, self.cluster, unseen).items():
+                out[job_id] = row.submit_s
         return out
 
     @_store("read the stops under way")

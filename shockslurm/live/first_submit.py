@@ -13,8 +13,9 @@ under FIFO) and escape the churn bounds on its stops.
 daemon first saw it, as long as the job id is seen again with a larger restart count (a
 requeue of the same job); a job id seen with another submit time and no more restarts is a new
 job (Slurm reuses ids after a controller reset). A daemon that starts seeds it from the store
-(`seed`, with what earlier daemons recorded each requeued job under), so that its reconciliation,
-its resumed stops and its rows find the jobs of the daemon before it.
+(`seed`, with what earlier daemons recorded each requeued job under, or for a job requeued while
+no daemon ran, its latest registration's time), so that its reconciliation, its resumed stops
+and its rows find the jobs of the daemon before it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -180,6 +180,13 @@ def register_submitted_job(session: Session, cluster: str, *, job_id: int, submi
     return job
 
 
+def _registrations(session: Session, cluster: str, job_ids: Iterable[int]) -> Iterable[Job]:
+    """Every registration of `cluster` made for one of `job_ids` (Slurm reuses ids)."""
+    return session.scalars(select(Job).join(Run, Job.run_id == Run.id)
+                           .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
+                                  Job.job_id.in_(list(job_ids))))
+
+
 def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float], *,
                     tolerance_s: float = 600.0) -> dict[int, Job]:
     """Registered specs for Slurm jobs `{job_id: Slurm submit time}`.
@@ -189,14 +196,28 @@ def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float],
     """
     if not wanted:
         return {}
-    rows = session.scalars(select(Job).join(Run, Job.run_id == Run.id)
-                           .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
-                                  Job.job_id.in_(list(wanted))))
+    rows = _registrations(session, cluster, wanted)
     best: dict[int, Job] = {}
     for job in rows:
         gap = abs(job.submit_s - wanted[job.job_id])
         if gap <= tolerance_s and (job.job_id not in best
                                    or gap < abs(best[job.job_id].submit_s - wanted[job.job_id])):
+            best[job.job_id] = job
+    return best
+
+
+def latest_registrations(session: Session, cluster: str, wanted: Mapping[int, float]
+                         ) -> dict[int, Job]:
+    """For jobs `{job_id: Slurm submit time}` that Slurm requeued (their submit time is the
+    latest requeue's, however long after the submission), each one's latest registration made
+    at or before that time."""
+    if not wanted:
+        return {}
+    rows = _registrations(session, cluster, wanted)
+    best: dict[int, Job] = {}
+    for job in rows:
+        if job.submit_s <= wanted[job.job_id] and (
+                job.job_id not in best or job.submit_s > best[job.job_id].submit_s):
             best[job.job_id] = job
     return best
 
