@@ -292,12 +292,16 @@ class RoundPlan:
 
     `info` carries policy diagnostics (solve time, status, objective) for logs and the store.
     `placement` says where each job of `run` sits once the round loop has placed the plan on
-    the snapshot's nodes (`plan_on_nodes.place_plan`); empty in a policy's own answer.
+    the snapshot's nodes (`plan_on_nodes.place_plan`); a policy's own answer leaves it empty,
+    or places every job itself (fifo's backfill) and the round loop keeps it when it fits.
     """
 
     run: frozenset[int]
     info: Mapping[str, object] = field(default_factory=dict)
     placement: Mapping[int, NodeShares] = field(default_factory=dict)
+    # False in a non-preemptive policy's answer: placing the plan never moves a running job
+    # (a restart); a gang that does not fit around the running jobs waits, as under Slurm
+    moves_allowed: bool = True
 
     def info_ids(self, key: str) -> set[int]:
         """Job ids of an `info` entry (a list of ids, e.g. placement's "moved"; empty when

@@ -19,6 +19,7 @@ the result depends only on its input:
    one where the fewest running jobs not yet placed sit). Of rules 2-3, (a) and (b), the one
    that places the most planned GPUs wins, then the one that moves the fewest running jobs
    (then that order). A running job placed elsewhere than it runs is `moved` (a restart).
+   A non-preemptive policy's plan skips this rule (`moves=False`): its running jobs never move.
 5. Planned jobs still left over are `unplaced` and leave the plan. The GPUs they would have
    taken are not left to a stop they caused: jobs that hold GPUs now but are not in the plan
    keep running where they are (`kept`, by job id) while their nodes have room, up to the
@@ -289,16 +290,17 @@ def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[in
 
 def place(nodes: Sequence[Node], gangs: Mapping[int, int],
           running: Mapping[int, NodeShares] | None = None,
-          reserved: Mapping[str, int] | None = None) -> Placement:
+          reserved: Mapping[str, int] | None = None, *, moves: bool = True) -> Placement:
     """Place the planned gangs (`gangs`: job id -> GPUs) on `nodes`, given where jobs hold GPUs
     now (`running`: job id -> shares, planned or not) and the GPUs per node that jobs outside
-    the scheduler hold (`reserved`). See the module's rules."""
+    the scheduler hold (`reserved`). See the module's rules; `moves=False` skips rule 4 (no
+    running job is moved: what does not fit around them is unplaced)."""
     running = dict(running or {})
     bad = sorted(j for j, g in gangs.items() if g <= 0)
     if bad:
         raise ValueError(f"jobs {bad} have no GPUs to place")
     book, shares = _place_keeping(nodes, gangs, running, reserved)
-    if len(shares) < len(gangs):
+    if moves and len(shares) < len(gangs):
         tries = [(book, shares), _displace(nodes, gangs, running, shares, reserved),
                  _repack(nodes, gangs, running, reserved)]
         book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),

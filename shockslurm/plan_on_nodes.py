@@ -12,21 +12,39 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares, RoundPlan, Snapshot
-from .placement import Placement, place
+from .placement import NodeBook, Placement, place
 
 
 def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
     """The round loop's placement step: `plan` on the snapshot's nodes (one pool when it names
     none). The result runs only placed jobs and carries their `placement`; `info` gains
-    `unplaced`, `kept` and `moved` (job ids) when placement changed anything."""
+    `unplaced`, `kept` and `moved` (job ids) when placement changed anything. A plan with
+    `moves_allowed` False (a non-preemptive policy's) moves no running job; a plan the policy
+    placed itself (every job of `run` in its `placement`) is kept when it fits the nodes."""
     if not snapshot.cluster_nodes:     # no GPUs at all (every node down or drained)
         info = {**plan.info, "unplaced": sorted(plan.run)} if plan.run else dict(plan.info)
         return RoundPlan(frozenset(), info, {})
     gang = {v.job_id: v.gang_size for v in snapshot.jobs}
     running = {j: s for j, s in snapshot.placements.items() if j in gang}
+    if plan.run and set(plan.placement) == set(plan.run) and _fits(plan, snapshot, gang):
+        info = dict(plan.info)
+        moved = sorted(j for j, s in plan.placement.items()
+                       if j in running and tuple(running[j]) != tuple(s))
+        if moved:
+            info["moved"] = moved
+        return RoundPlan(plan.run, info, {j: tuple(s) for j, s in plan.placement.items()})
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
-                   snapshot.reserved)
+                   snapshot.reserved, moves=plan.moves_allowed)
     return RoundPlan(result.jobs, _noted(plan, result), dict(result.shares))
+
+
+def _fits(plan: RoundPlan, snapshot: Snapshot, gang: Mapping[int, int]) -> bool:
+    """Whether the policy's own placement of `plan` holds every gang whole on the snapshot's
+    nodes, none over its free GPUs."""
+    book = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
+    return all(sum(g for _, g in plan.placement[j]) == gang[j] and book.take_at(
+        tuple(plan.placement[j])) for j in sorted(plan.run, key=lambda j: (
+            not book.multi_node(gang[j]), j)))
 
 
 def _noted(plan: RoundPlan, result: Placement) -> dict[str, object]:

@@ -186,6 +186,36 @@ def test_running_jobs_move_only_when_that_places_more() -> None:
     assert result.shares[3] == (("node02" if home[0][0] == "node01" else "node01", 4),)
 
 
+def test_a_non_preemptive_plan_moves_no_running_job() -> None:
+    # the case above: moving one 2-GPU job would place the 4-GPU gang; a plan that allows no
+    # moves leaves both where they run and the gang waits
+    running = {1: (("node01", 2),), 2: (("node02", 2),)}
+    result = place(parse_cluster_shape("2x4"), {1: 2, 2: 2, 3: 4}, running, moves=False)
+    assert result.unplaced == (3,) and not result.moved
+    assert {j: result.shares[j] for j in (1, 2)} == running
+    views = tuple(make_view(j, gang=g, ran_last_round=j < 3) for j, g in ((1, 2), (2, 2), (3, 4)))
+    snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=views,
+                    nodes=parse_cluster_shape("2x4"), placements=running)
+    fixed = place_plan(RoundPlan(frozenset({1, 2, 3}), moves_allowed=False), snap)
+    assert fixed.run == frozenset({1, 2}) and fixed.info == {"unplaced": [3]}
+    assert place_plan(RoundPlan(frozenset({1, 2, 3})), snap).info_ids("moved")
+
+
+def test_a_policys_own_placement_is_kept_only_when_it_fits() -> None:
+    views = tuple(make_view(j, gang=g) for j, g in ((1, 2), (2, 2), (3, 4)))
+    snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=views,
+                    nodes=parse_cluster_shape("2x4"))
+    own = {1: (("node02", 2),), 2: (("node02", 2),), 3: (("node01", 4),)}
+    kept = place_plan(RoundPlan(frozenset(own), placement=own), snap)
+    assert kept.placement == own and kept.run == frozenset(own)
+    # node02 over its 4 GPUs: placed again by the rules (and never beyond a node)
+    bad = {**own, 1: (("node01", 2),)}
+    again = place_plan(RoundPlan(frozenset(bad), placement=bad), snap)
+    assert again.placement != bad
+    for node in ("node01", "node02"):
+        assert sum(g for s in again.placement.values() for n, g in s if n == node) <= 4
+
+
 def test_place_plan_trims_the_plan_and_says_why() -> None:
     views = tuple(make_view(j, gang=g) for j, g in ((1, 3), (2, 3), (3, 2)))
     snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=views,

@@ -1,15 +1,29 @@
-"""Slurm-like gang FIFO with EASY backfill: the baseline an HPC center runs today.
+"""Slurm-like gang FIFO with EASY backfill on nodes: the baseline an HPC center runs today.
 
-Non-preemptive: a job that ran last round keeps its gang until it finishes. Waiting jobs start in
-arrival order while their gang fits. When the head of the queue does not fit, it gets a
-reservation at the earliest time enough GPUs free up (from the running jobs' remaining run time at
-their current speed, standing in for Slurm's time limits); a later job may start now only if it
-fits and either ends before that reservation or leaves the head's GPUs free at it.
+Non-preemptive: a job that ran last round keeps its gang, where it runs, until it finishes.
+Waiting jobs start in arrival order while their gang fits on the nodes around the running jobs
+(one pool under `--gpus N`). When the head of the queue does not fit, it gets a reservation, as
+Slurm's backfill gives it: the earliest time its gang fits on nodes as the running jobs end (from
+their remaining run time at their current speed, standing in for Slurm's time limits), on the
+nodes it would take then. A later job may start now only if it fits and either ends before that
+time or leaves the head's reserved GPUs free (it fits, at that time, beside the head).
+
+The plan places itself (`RoundPlan.placement`: the running jobs where they run, each start where
+the backfill put it) and allows no moves (`moves_allowed` False), so the round loop keeps it.
 """
 
 from __future__ import annotations
 
-from ..model import JobView, RoundPlan, Snapshot
+from dataclasses import dataclass
+
+from ..model import JobView, NodeShares, RoundPlan, Snapshot
+from ..placement import NodeBook
+
+
+@dataclass
+class _Reservation:
+    start_at: float          # when the head's gang fits (inf: never, as far as is known)
+    later: NodeBook | None   # the nodes then: the jobs still running, the head, the backfill
 
 
 class Fifo:
@@ -17,42 +31,88 @@ class Fifo:
 
     def allocate(self, snapshot: Snapshot) -> RoundPlan:
         running = [j for j in snapshot.jobs if j.ran_last_round]
-        free = snapshot.gpus - sum(j.gang_size for j in running)
+        now, where = _book_with(snapshot, running)
         queue = sorted((j for j in snapshot.jobs if not j.ran_last_round),
                        key=lambda j: (j.arrival_s, j.job_id))
         ends = {j.job_id: j.remaining_time_at_current_rate for j in running}
-        run = {j.job_id for j in running}
-        reservation: tuple[float, int] | None = None  # (time the head starts, GPUs spare then)
+        reservation: _Reservation | None = None
         for job in queue:
+            gang, left = job.gang_size, job.remaining_time_at_current_rate
             if reservation is None:
-                if job.gang_size <= free:
-                    run.add(job.job_id)
-                    free -= job.gang_size
-                    ends[job.job_id] = job.remaining_time_at_current_rate
+                got = now.take(gang)
+                if got is None:
+                    reservation = _reserve(snapshot, gang, where, ends)
                     continue
-                reservation = _reserve(job, free, [(ends[j], _gang(snapshot, j)) for j in run])
-                continue
-            start_at, spare = reservation
-            if job.gang_size > free:
-                continue
-            finishes_first = job.remaining_time_at_current_rate <= start_at
-            if finishes_first or job.gang_size <= spare:
-                run.add(job.job_id)
-                free -= job.gang_size
-                if not finishes_first:
-                    reservation = (start_at, spare - job.gang_size)
-        return RoundPlan(frozenset(run))
+            elif reservation.later is None or left <= reservation.start_at:
+                got = now.take(gang)                        # gone before the head starts
+            else:
+                got = _take_in_both(now, reservation.later, gang)
+            if got is not None:
+                where[job.job_id] = got
+                ends[job.job_id] = left
+        return RoundPlan(frozenset(where), placement=where, moves_allowed=False)
 
 
-def _gang(snapshot: Snapshot, job_id: int) -> int:
-    return snapshot.job(job_id).gang_size
+def _book_with(snapshot: Snapshot, running: list[JobView]
+               ) -> tuple[NodeBook, dict[int, NodeShares]]:
+    """The snapshot's nodes with the running jobs' GPUs taken where they run (by best fit for a
+    running job whose nodes the snapshot does not name), and where each one runs."""
+    book = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
+    where: dict[int, NodeShares] = {}
+    unplaced = []
+    for job in sorted(running, key=lambda j: (not book.multi_node(j.gang_size), j.job_id)):
+        shares = snapshot.placements.get(job.job_id)
+        if shares and book.take_at(tuple(shares)):
+            where[job.job_id] = tuple(shares)
+        else:
+            unplaced.append(job)
+    for job in unplaced:
+        got = book.take(job.gang_size)
+        if got is not None:
+            where[job.job_id] = got
+    return book, where
 
 
-def _reserve(head: JobView, free: int, running: list[tuple[float, int]]) -> tuple[float, int]:
-    """Earliest time the head's gang fits as running jobs end, and the GPUs spare at that time."""
-    available = free
-    for end, gang in sorted(running):
-        available += gang
-        if available >= head.gang_size:
-            return end, available - head.gang_size
-    return float("inf"), 0
+def _reserve(snapshot: Snapshot, gang: int, where: dict[int, NodeShares],
+             ends: dict[int, float]) -> _Reservation:
+    """The head's reservation: the planned jobs end in order of their remaining time until the
+    head's gang fits on nodes; it takes them then."""
+    later = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
+    for shares in where.values():
+        later.take_at(shares)
+    for job_id in sorted(where, key=lambda j: (ends[j], _gpus(where[j]), j)):
+        later.release(where[job_id])
+        if later.can_take(gang):
+            later.take(gang)
+            return _Reservation(ends[job_id], later)
+    return _Reservation(float("inf"), None)
+
+
+def _take_in_both(now: NodeBook, later: NodeBook, gang: int) -> NodeShares | None:
+    """A gang that runs past the head's start: on nodes with room now and beside the head then
+    (the node with the fewest free GPUs now first; whole nodes for a multi-node gang)."""
+    if now.multi_node(gang):
+        whole = [n for n in now.nodes
+                 if now.free_on(n.name) == n.gpus and later.free_on(n.name) == n.gpus]
+        shares, left = [], gang
+        for node in sorted(whole, key=lambda n: -n.gpus):
+            if left <= 0:
+                break
+            shares.append((node.name, min(left, node.gpus)))
+            left -= node.gpus
+        if left > 0:
+            return None
+        got: NodeShares = tuple(shares)
+    else:
+        fits = [(now.free_on(n.name), i, n.name) for i, n in enumerate(now.nodes)
+                if now.free_on(n.name) >= gang and later.free_on(n.name) >= gang]
+        if not fits:
+            return None
+        got = ((min(fits)[2], gang),)
+    now.take_at(got)
+    later.take_at(got)
+    return got
+
+
+def _gpus(shares: NodeShares) -> int:
+    return sum(g for _, g in shares)
