@@ -212,3 +212,35 @@ def test_shocksub_status(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_format_duration() -> None:
     assert [format_duration(x) for x in (None, 42.2, 310, 3 * 3600 + 125)] == [
         "-", "42s", "5m10s", "3h02m"]
+
+
+def test_a_job_requeued_long_after_its_submission_counts_from_its_submission(tmp_path: Path
+                                                                             ) -> None:
+    """Slurm sets the submit time anew at each requeue: a job requeued an hour after it was
+    submitted still finds its registration and reports, and its rho counts from the
+    submission (the row is the one it had before the requeue). A registration of another
+    user's job with the same id (Slurm reuses ids) is not taken."""
+    url = str(tmp_path / "s.db")
+    engine = open_store(url, create=True)
+    with Session(engine) as s, s.begin():
+        for job_id, owner in ((104, "alice"), (105, "bob")):
+            reg = repo.register_submitted_job(s, "slurm", job_id=job_id, submit_s=SUBMIT + 1,
+                                              model="ResNet-18", epochs=10,
+                                              samples_per_epoch=50000, batch_sizes=[32, 64],
+                                              gang_size=2, owner=owner)
+            add_rows(s, {"kind": "throughput", "time_s": SUBMIT + 50, "samples_per_s": 500.0,
+                         "batch_size": 32, "gpus": 2}, reg.id)
+    engine.dispose()
+
+    def view(job_id: int, submit: float, restarts: int) -> SlurmJob:
+        job = _job(job_id, state=JobState.PENDING, comment="shock:managed", restarts=restarts,
+                   priority=0)
+        return SlurmJob(**{**job.__dict__, "submit_time": submit})
+
+    (before,), _ = status_cli.collect([view(104, SUBMIT, 0)], url, "slurm", now=NOW)
+    rows, _ = status_cli.collect([view(j, SUBMIT + 3600, 1) for j in (104, 105)], url, "slurm",
+                                 now=NOW)
+    mine, other = rows
+    assert mine.spec_source == "store" and mine.last_report_s == SUBMIT + 50
+    assert before.rho is not None and mine.rho == pytest.approx(before.rho, rel=1e-3)
+    assert other.spec_source == "default" and other.last_report_s is None

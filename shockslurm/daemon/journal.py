@@ -202,29 +202,15 @@ class StoreJournal:
 
     @_store("read the first submit times")
     def first_submits(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:
-        """The submit time earlier daemons recorded each requeued job of `jobs` under: of this
-        cluster's live rows for its id, the latest at or before Slurm's submit time (Slurm's
-        moves at each requeue; `live/first_submit.py`). A requeued job no daemon recorded
-        (requeued while none ran) takes its latest registration's time at or before then, so
-        its spec and reports are found however late the requeue came. Jobs never requeued are
-        left out."""
-        wanted = {j.job_id: j.submit_time for j in jobs if j.restart_count > 0}
+        """The submit time each requeued job of `jobs` was first seen with, from earlier
+        daemons' rows or, for a job requeued while none ran, its registration
+        (`repository.first_submit_times`). Jobs never requeued are left out."""
+        wanted = {j.job_id: self.repo.Requeued(j.submit_time, j.user or None, j.gpus)
+                  for j in jobs if j.restart_count > 0}
         if not wanted:
             return {}
-        r = self.repo
-        out: dict[int, float] = {}
         with Session(self.engine) as s:
-            rows = s.execute(select(r.Job.job_id, r.Job.submit_s)
-                             .join(r.Run, r.Job.run_id == r.Run.id)
-                             .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
-                                    r.Job.job_id.in_(list(wanted))))
-            for job_id, submit_s in rows:
-                if submit_s <= wanted[job_id] and submit_s > out.get(job_id, float("-inf")):
-                    out[job_id] = submit_s
-            unseen = {j: t for j, t in wanted.items() if j not in out}
-            for job_id, row in self.repo.latest_registrations(s, self.cluster, unseen).items():
-                out[job_id] = row.submit_s
-        return out
+            return self.repo.first_submit_times(s, self.cluster, wanted)
 
     @_store("read the stops under way")
     def pending_stops(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:

@@ -15,7 +15,9 @@ Columns and where they come from:
 - reported: how long ago the job last sent a training report of any kind (the report's own
   time, from the one read model of reports, `reports.reported_progress.read_reports`); "-" when
   it never did (no helper, or its reports do not reach the daemon: the job's log says why).
-- rho estimate: `(now - submit + remaining) / exclusive runtime`, with exclusive runtime =
+- rho estimate: `(now - submit + remaining) / exclusive runtime`, with `submit` the job's first
+  submission (Slurm's submit time moves at each requeue; for a requeued job the store's first
+  submit time, `repository.first_submit_times`, as the daemon keeps it) and exclusive runtime =
   epochs x declared exclusive epoch time on the job's GPUs. It is the slowdown the job is heading
   for against running alone from submission, i.e. the finish-time fairness rho with contention 1
   (the simulator's metric additionally divides by max(1, N/G)). rho <= 1 means on track to finish
@@ -42,7 +44,7 @@ from ..live.specs import LiveSpec, epoch_seconds
 from ..reports.reported_progress import read_reports
 from ..slurm.types import SlurmJob
 from ..store.models import EnactmentIntent, Job, JobEvent, Round, Run, ThroughputSample
-from ..store.repository import REGISTRY_KIND
+from ..store.repository import REGISTRY_KIND, Requeued, first_submit_times
 
 TOLERANCE_S = 600.0     # a store row belongs to a Slurm job when submitted within this of it
 HISTORY = 10            # events / intents shown by `shocksub --status`
@@ -64,6 +66,7 @@ class StoreJob:
     last_report_s: float | None = None                    # when it last reported, any kind
     events: list[tuple[float, str, str]] = field(default_factory=list)   # (time_s, kind, detail)
     intents: list[tuple[str, str, str, str]] = field(default_factory=list)  # (created, action, rc, argv)
+    first_submit_s: float | None = None                   # a requeued job's first submission
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,14 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
         return {}
     out: dict[int, StoreJob] = {}
     with Session(engine) as s:
-        owner = _registrations(s, cluster, {j.job_id: j.submit_time for j in jobs}, out)
+        submit = {j.job_id: j.submit_time for j in jobs}
+        first = first_submit_times(s, cluster, {j.job_id: Requeued(j.submit_time, j.user or None,
+                                                                   j.gpus)
+                                                for j in jobs if j.restart_count > 0})
+        for job_id, first_s in first.items():
+            submit[job_id] = first_s
+            out.setdefault(job_id, StoreJob()).first_submit_s = first_s
+        owner = _registrations(s, cluster, submit, out)
         if not owner:
             return out
         _read_samples(s, owner, out)
@@ -275,7 +285,9 @@ def status_row(job: SlurmJob, info: StoreJob | None, now: float) -> StatusRow:
     exclusive = spec.epochs * epoch_seconds(spec, gpus)
     rho = None
     if remaining is not None and exclusive > 0:
-        rho = (max(0.0, now - job.submit_time) + remaining) / exclusive
+        submit = (info.first_submit_s if info is not None and info.first_submit_s is not None
+                  else job.submit_time)
+        rho = (max(0.0, now - submit) + remaining) / exclusive
     done = info.epochs_done if info is not None and info.reported else None
     if done is None and info is not None and info.reported:
         done = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -206,19 +206,40 @@ def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float],
     return best
 
 
-def latest_registrations(session: Session, cluster: str, wanted: Mapping[int, float]
-                         ) -> dict[int, Job]:
-    """For jobs `{job_id: Slurm submit time}` that Slurm requeued (their submit time is the
-    latest requeue's, however long after the submission), each one's latest registration made
-    at or before that time."""
+class Requeued(NamedTuple):
+    """A job Slurm requeued, as Slurm lists it now (its submit time is the latest requeue's)."""
+
+    submit_s: float
+    user: str | None
+    gpus: int
+
+
+def first_submit_times(session: Session, cluster: str, wanted: Mapping[int, Requeued]
+                       ) -> dict[int, float]:
+    """The submit time each requeued job of `wanted` was first seen with, as the store knows it
+    (Slurm's moves at each requeue, `live/first_submit.py`): of this cluster's live rows for its
+    id, the latest at or before Slurm's time (what earlier daemons recorded it under), else its
+    latest `shocksub` registration at or before then (requeued while no daemon ran). A row
+    counts only when made for the same user and as many GPUs (not an older job whose id Slurm
+    reused); jobs the store knows nothing of are left out."""
     if not wanted:
         return {}
-    rows = _registrations(session, cluster, wanted)
-    best: dict[int, Job] = {}
+    live = session.scalars(select(Job).join(Run, Job.run_id == Run.id)
+                           .where(Run.kind == "live", Run.cluster == cluster,
+                                  Job.job_id.in_(list(wanted))))
+    out = _latest_before(live, wanted)
+    unseen = {j: w for j, w in wanted.items() if j not in out}
+    return {**out, **_latest_before(_registrations(session, cluster, unseen), unseen)}
+
+
+def _latest_before(rows: Iterable[Job], wanted: Mapping[int, Requeued]) -> dict[int, float]:
+    best: dict[int, float] = {}
     for job in rows:
-        if job.submit_s <= wanted[job.job_id] and (
-                job.job_id not in best or job.submit_s > best[job.job_id].submit_s):
-            best[job.job_id] = job
+        w = wanted[job.job_id]
+        if (job.submit_s <= w.submit_s and job.gang_size == w.gpus
+                and (job.owner is None or w.user is None or job.owner == w.user)
+                and job.submit_s > best.get(job.job_id, float("-inf"))):
+            best[job.job_id] = job.submit_s
     return best
 
 
