@@ -304,15 +304,16 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
         tries = [(book, shares), _displace(nodes, gangs, running, shares, reserved),
                  _repack(nodes, gangs, running, reserved)]
         book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),
-                                                 len(_moved(t[1], running))))
+                                                 len(moved_jobs(t[1], running))))
     unplaced = tuple(sorted(set(gangs) - set(shares)))
     kept = _keep_running(book, shares, running, gangs, sum(gangs[j] for j in unplaced))
-    moved = _moved(shares, running)
+    moved = moved_jobs(shares, running)
     return Placement(shares, unplaced, kept, moved)
 
 
-def _moved(shares: Mapping[int, NodeShares], running: Mapping[int, NodeShares]
-           ) -> tuple[int, ...]:
+def moved_jobs(shares: Mapping[int, NodeShares], running: Mapping[int, NodeShares]
+               ) -> tuple[int, ...]:
+    """The jobs of `shares` that run now (`running`) on other nodes: moves, each a restart."""
     return tuple(sorted(j for j in shares if j in running and tuple(running[j]) != shares[j]))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares, RoundPlan, Snapshot
-from .placement import NodeBook, Placement, place
+from .placement import NodeBook, Placement, moved_jobs, place
 
 
 def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
@@ -28,11 +28,11 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
     running = {j: s for j, s in snapshot.placements.items() if j in gang}
     if plan.run and set(plan.placement) == set(plan.run) and _fits(plan, snapshot, gang):
         info = dict(plan.info)
-        moved = sorted(j for j, s in plan.placement.items()
-                       if j in running and tuple(running[j]) != tuple(s))
+        shares = {j: tuple(s) for j, s in plan.placement.items()}
+        moved = moved_jobs(shares, running)
         if moved:
-            info["moved"] = moved
-        return RoundPlan(plan.run, info, {j: tuple(s) for j, s in plan.placement.items()})
+            info["moved"] = list(moved)
+        return RoundPlan(plan.run, info, shares)
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
                    snapshot.reserved, moves=plan.moves_allowed)
     return RoundPlan(result.jobs, _noted(plan, result), dict(result.shares))

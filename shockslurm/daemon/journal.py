@@ -205,12 +205,8 @@ class StoreJournal:
         """The submit time each requeued job of `jobs` was first seen with, from earlier
         daemons' rows or, for a job requeued while none ran, its registration
         (`repository.first_submit_times`). Jobs never requeued are left out."""
-        wanted = {j.job_id: self.repo.Requeued(j.submit_time, j.user or None, j.gpus)
-                  for j in jobs if j.restart_count > 0}
-        if not wanted:
-            return {}
-        with Session(self.engine) as s:
-            return self.repo.first_submit_times(s, self.cluster, wanted)
+        with Session(self.engine) as s:      # connects only when a job was requeued
+            return self.repo.first_submit_times(s, self.cluster, jobs)
 
     @_store("read the stops under way")
     def pending_stops(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:

@@ -44,7 +44,7 @@ from ..live.specs import LiveSpec, epoch_seconds
 from ..reports.reported_progress import read_reports
 from ..slurm.types import SlurmJob
 from ..store.models import EnactmentIntent, Job, JobEvent, Round, Run, ThroughputSample
-from ..store.repository import REGISTRY_KIND, Requeued, first_submit_times
+from ..store.repository import REGISTRY_KIND, first_submit_times
 
 TOLERANCE_S = 600.0     # a store row belongs to a Slurm job when submitted within this of it
 HISTORY = 10            # events / intents shown by `shocksub --status`
@@ -136,9 +136,7 @@ def read_store(engine: Engine, cluster: str, jobs: Sequence[SlurmJob], *,
     out: dict[int, StoreJob] = {}
     with Session(engine) as s:
         submit = {j.job_id: j.submit_time for j in jobs}
-        first = first_submit_times(s, cluster, {j.job_id: Requeued(j.submit_time, j.user or None,
-                                                                   j.gpus)
-                                                for j in jobs if j.restart_count > 0})
+        first = first_submit_times(s, cluster, jobs)
         for job_id, first_s in first.items():
             submit[job_id] = first_s
             out.setdefault(job_id, StoreJob()).first_submit_s = first_s

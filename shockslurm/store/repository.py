@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -17,6 +17,9 @@ from sqlalchemy.orm import Session
 from ..model import JobSpec
 from .models import (BatchSizeChange, Checkpoint, EnactmentIntent, Job, JobEvent, PlanEntry,
                      Round, Run, ThroughputSample)
+
+if TYPE_CHECKING:
+    from ..slurm.types import SlurmJob
 
 
 def now_utc() -> datetime:
@@ -180,10 +183,12 @@ def register_submitted_job(session: Session, cluster: str, *, job_id: int, submi
     return job
 
 
-def _registrations(session: Session, cluster: str, job_ids: Iterable[int]) -> Iterable[Job]:
-    """Every registration of `cluster` made for one of `job_ids` (Slurm reuses ids)."""
+def _rows_for(session: Session, cluster: str, kind: str, job_ids: Iterable[int]
+              ) -> Iterable[Job]:
+    """Every Job row of `cluster`'s runs of `kind` (the registry, or the daemon's live runs)
+    made for one of `job_ids` (Slurm reuses ids)."""
     return session.scalars(select(Job).join(Run, Job.run_id == Run.id)
-                           .where(Run.kind == REGISTRY_KIND, Run.cluster == cluster,
+                           .where(Run.kind == kind, Run.cluster == cluster,
                                   Job.job_id.in_(list(job_ids))))
 
 
@@ -196,7 +201,7 @@ def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float],
     """
     if not wanted:
         return {}
-    rows = _registrations(session, cluster, wanted)
+    rows = _rows_for(session, cluster, REGISTRY_KIND, wanted)
     best: dict[int, Job] = {}
     for job in rows:
         gap = abs(job.submit_s - wanted[job.job_id])
@@ -206,33 +211,31 @@ def registered_jobs(session: Session, cluster: str, wanted: Mapping[int, float],
     return best
 
 
-class Requeued(NamedTuple):
-    """A job Slurm requeued, as Slurm lists it now (its submit time is the latest requeue's)."""
-
-    submit_s: float
+class _Requeued(NamedTuple):
+    submit_s: float          # Slurm's submit time: the latest requeue's
     user: str | None
     gpus: int
 
 
-def first_submit_times(session: Session, cluster: str, wanted: Mapping[int, Requeued]
+def first_submit_times(session: Session, cluster: str, jobs: Iterable[SlurmJob]
                        ) -> dict[int, float]:
-    """The submit time each requeued job of `wanted` was first seen with, as the store knows it
+    """The submit time each requeued job of `jobs` (restart count above 0) was first seen
+    with, as the store knows it
     (Slurm's moves at each requeue, `live/first_submit.py`): of this cluster's live rows for its
     id, the latest at or before Slurm's time (what earlier daemons recorded it under), else its
     latest `shocksub` registration at or before then (requeued while no daemon ran). A row
     counts only when made for the same user and as many GPUs (not an older job whose id Slurm
-    reused); jobs the store knows nothing of are left out."""
+    reused); jobs never requeued, and those the store knows nothing of, are left out."""
+    wanted = {j.job_id: _Requeued(j.submit_time, j.user or None, j.gpus)
+              for j in jobs if j.restart_count > 0}
     if not wanted:
         return {}
-    live = session.scalars(select(Job).join(Run, Job.run_id == Run.id)
-                           .where(Run.kind == "live", Run.cluster == cluster,
-                                  Job.job_id.in_(list(wanted))))
-    out = _latest_before(live, wanted)
+    out = _latest_before(_rows_for(session, cluster, "live", wanted), wanted)
     unseen = {j: w for j, w in wanted.items() if j not in out}
-    return {**out, **_latest_before(_registrations(session, cluster, unseen), unseen)}
+    return {**out, **_latest_before(_rows_for(session, cluster, REGISTRY_KIND, unseen), unseen)}
 
 
-def _latest_before(rows: Iterable[Job], wanted: Mapping[int, Requeued]) -> dict[int, float]:
+def _latest_before(rows: Iterable[Job], wanted: Mapping[int, _Requeued]) -> dict[int, float]:
     best: dict[int, float] = {}
     for job in rows:
         w = wanted[job.job_id]
