@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares
 
@@ -140,14 +140,33 @@ class NodeBook:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)
 
-    def _take_whole(self, gang: int) -> NodeShares:
+    def take_within(self, gang: int, names: Collection[str]) -> NodeShares | None:
+        """`take` (rules 1 and 3) on the nodes named in `names` only; None when the gang does
+        not fit there."""
+        if self.multi_node(gang):
+            return self._take_whole(gang, names)
+        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
+            allowed = [i for i in self._by_free[f] if self.nodes[i].name in names]
+            if allowed:
+                i = min(allowed)
+                self._use(i, gang)
+                return ((self.nodes[i].name, gang),)
+        return None
+
+    def _take_whole(self, gang: int, names: Collection[str] | None = None) -> NodeShares | None:
+        """Whole free nodes for a multi-node gang (of `names` only, when given), the largest
+        first; None, and nothing taken, when they do not cover it."""
         shares: list[tuple[str, int]] = []
         left = gang
         for i in sorted(self._whole, key=lambda i: (-self._cap[i], i)):
             if left <= 0:
                 break
+            if names is not None and self.nodes[i].name not in names:
+                continue
             shares.append((self.nodes[i].name, min(left, self._cap[i])))
             left -= self._cap[i]
+        if left > 0:
+            return None
         for name, _ in shares:
             i = self._index[name]
             self._use(i, self._cap[i])
@@ -198,6 +217,11 @@ class Placement:
         return frozenset(self.shares)
 
 
+def stay_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
+    """Rule 2's order, for gangs taken where they are: multi-node gangs first, then job id."""
+    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), j))
+
+
 def _new_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
     """Rule 3's order: multi-node gangs first, then largest first, then job id."""
     return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), -gangs[j], j))
@@ -210,7 +234,7 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
     book = NodeBook(nodes, reserved)
     shares: dict[int, NodeShares] = {}
     stay = [j for j in gangs if j in running and sum(g for _, g in running[j]) == gangs[j]]
-    for j in sorted(stay, key=lambda j: (not book.multi_node(gangs[j]), j)):
+    for j in stay_order(book, gangs, stay):
         if book.take_at(running[j]):
             shares[j] = tuple(running[j])
     for j in _new_order(book, gangs, (j for j in gangs if j not in shares)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares, RoundPlan, Snapshot
-from .placement import NodeBook, Placement, moved_jobs, place
+from .placement import NodeBook, Placement, moved_jobs, place, stay_order
 
 
 def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
@@ -42,9 +42,9 @@ def _fits(plan: RoundPlan, snapshot: Snapshot, gang: Mapping[int, int]) -> bool:
     """Whether the policy's own placement of `plan` holds every gang whole on the snapshot's
     nodes, none over its free GPUs."""
     book = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
-    return all(sum(g for _, g in plan.placement[j]) == gang[j] and book.take_at(
-        tuple(plan.placement[j])) for j in sorted(plan.run, key=lambda j: (
-            not book.multi_node(gang[j]), j)))
+    return all(sum(g for _, g in plan.placement[j]) == gang[j]
+               and book.take_at(tuple(plan.placement[j]))
+               for j in stay_order(book, gang, plan.run))
 
 
 def _noted(plan: RoundPlan, result: Placement) -> dict[str, object]:

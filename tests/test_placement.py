@@ -357,3 +357,18 @@ def test_a_start_blocked_by_a_kept_job_goes_to_the_node_the_plan_frees() -> None
     # with job 2 kept as well, job 3 fits no node: it leaves the plan, both keep running
     again = place_around(RoundPlan(frozenset({1, 2, 3}), {}, {3: (("n0", 8),)}), snap)
     assert again.run == frozenset({1, 2}) and again.info == {"unplaced": [3]}
+
+
+def test_take_within_places_only_on_the_named_nodes() -> None:
+    nodes = parse_cluster_shape("4x8")
+    book = NodeBook(nodes)
+    assert book.take_at((("node02", 6),))
+    # best fit among the named nodes: node02 (2 free) is not named; node03 and node04 tie,
+    # node03 comes first
+    assert book.take_within(2, {"node03", "node04"}) == (("node03", 2),)
+    assert book.take_within(8, {"node02"}) is None
+    before = book.free_gpus
+    # a multi-node gang takes whole named nodes only, and nothing when they do not cover it
+    assert book.take_within(16, {"node01", "node03"}) is None
+    assert book.free_gpus == before
+    assert book.take_within(16, {"node01", "node04"}) == (("node01", 8), ("node04", 8))

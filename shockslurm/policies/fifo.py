@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import JobView, NodeShares, RoundPlan, Snapshot
-from ..placement import NodeBook
+from ..placement import NodeBook, stay_order
 
 
 @dataclass
@@ -58,18 +58,19 @@ def _book_with(snapshot: Snapshot, running: list[JobView]
     """The snapshot's nodes with the running jobs' GPUs taken where they run (by best fit for a
     running job whose nodes the snapshot does not name), and where each one runs."""
     book = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
+    gang = {j.job_id: j.gang_size for j in running}
     where: dict[int, NodeShares] = {}
     unplaced = []
-    for job in sorted(running, key=lambda j: (not book.multi_node(j.gang_size), j.job_id)):
-        shares = snapshot.placements.get(job.job_id)
+    for job_id in stay_order(book, gang, gang):
+        shares = snapshot.placements.get(job_id)
         if shares and book.take_at(tuple(shares)):
-            where[job.job_id] = tuple(shares)
+            where[job_id] = tuple(shares)
         else:
-            unplaced.append(job)
-    for job in unplaced:
-        got = book.take(job.gang_size)
+            unplaced.append(job_id)
+    for job_id in unplaced:
+        got = book.take(gang[job_id])
         if got is not None:
-            where[job.job_id] = got
+            where[job_id] = got
     return book, where
 
 
@@ -90,27 +91,12 @@ def _reserve(snapshot: Snapshot, gang: int, where: dict[int, NodeShares],
 
 def _take_in_both(now: NodeBook, later: NodeBook, gang: int) -> NodeShares | None:
     """A gang that runs past the head's start: on nodes with room now and beside the head then
-    (the node with the fewest free GPUs now first; whole nodes for a multi-node gang)."""
-    if now.multi_node(gang):
-        whole = [n for n in now.nodes
-                 if now.free_on(n.name) == n.gpus and later.free_on(n.name) == n.gpus]
-        shares, left = [], gang
-        for node in sorted(whole, key=lambda n: -n.gpus):
-            if left <= 0:
-                break
-            shares.append((node.name, min(left, node.gpus)))
-            left -= node.gpus
-        if left > 0:
-            return None
-        got: NodeShares = tuple(shares)
-    else:
-        fits = [(now.free_on(n.name), i, n.name) for i, n in enumerate(now.nodes)
-                if now.free_on(n.name) >= gang and later.free_on(n.name) >= gang]
-        if not fits:
-            return None
-        got = ((min(fits)[2], gang),)
-    now.take_at(got)
-    later.take_at(got)
+    (best fit now; whole nodes, in both books, for a multi-node gang)."""
+    whole = now.multi_node(gang)
+    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else gang)}
+    got = now.take_within(gang, room)
+    if got is not None:
+        later.take_at(got)
     return got
 
 
