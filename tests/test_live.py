@@ -242,3 +242,41 @@ def test_a_job_that_ignores_its_signal_is_requeued_at_the_grace_deadline():
     assert [a[:2] for a in b.log] == [("scancel", "--signal=USR1"),
                                       ("scontrol", "requeuehold"), ("scontrol", "release")]
     assert c.last_stats.grace_wait_s == 30.0
+
+
+def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_plan():
+    """Job 1 was released last round and still waits; this round's plan runs job 2 instead.
+    Slurm starts job 1 between the round's read and the hold; `scontrol hold` succeeds on a
+    running job (22.05: rc 0, the job runs on). Job 1 then runs outside the plan on job 2's
+    GPUs: it is requeueheld at once, and job 2 released once its GPUs are free (before this
+    fix: job 1 ran on until the next round, job 2 waited for its GPUs)."""
+    released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=32)
+    b = FakeBackend([released, job(2, gpus=32)])
+    original = b.run
+
+    def run(argv):
+        if argv[1] == "hold":
+            b.log.append(tuple(argv))
+            b._jobs = [replace(j, state=JobState.RUNNING, priority=0) if j.job_id == 1 else j
+                       for j in b._jobs]
+            return CommandResult(tuple(argv), 0, "", "", 0.0)
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None)
+    c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+    assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"), ("scontrol", "requeuehold", "1"),
+                                      ("scontrol", "release", "2")], b.log
+    assert c.last_stats.started == 1 and c.last_stats.stopped == 1
+
+
+def test_a_hold_whose_job_still_waits_requeues_nothing():
+    """The held job had not started (the usual case): nothing is requeued, and job 2 released;
+    so is it when the hold fails."""
+    for fail in (set(), {"hold"}):
+        released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=32)
+        b = FakeBackend([released, job(2, gpus=32)], fail=fail)
+        c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None)
+        c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+        assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"),
+                                          ("scontrol", "release", "2")], b.log

@@ -64,6 +64,7 @@ class Signalled:
     starts: en.Enactment           # what to start (without the unsignalled jobs' successors)
     sent_at: dict[int, float] = field(default_factory=dict)   # wall time of each USR1
     unsignalled: set[int] = field(default_factory=set)
+    escaped: set[int] = field(default_factory=set)   # started before their hold: requeueheld
 
 
 @dataclass
@@ -219,13 +220,16 @@ class EnactPhases(SlurmActions):
     def _signal(self, prep: Prepared, snapshot: Snapshot, t_enact: float,
                 stats: EnactStats) -> Signalled:
         """Holds and USR1s (`enact.stop_steps`); a job whose signal failed is not requeued
-        this round, and the plan is bounded around the GPUs it keeps."""
+        this round, and the plan is bounded around the GPUs it keeps; a held job that Slurm
+        had started before its hold is `escaped`: requeueheld with the stops."""
         by_id = {j.job_id: j for j in prep.ours}
         sig = Signalled(prep.plan, prep.e)
         for step in en.stop_steps(prep.e):
             for j in step.job_ids if step.action == "signal" else ():
                 sig.sent_at[j] = snapshot.now + (self._monotonic() - t_enact)
             result = self._run(step, stats)
+            if step.action == "hold":
+                sig.escaped = self._started_before_hold(step.job_ids)
             if step.action != "signal":
                 continue
             if not result.ok:
@@ -270,6 +274,7 @@ class EnactPhases(SlurmActions):
                                      for since in prep.resumed.values()])
             seen = self._await_exits(to_requeue, min(wait, self.grace_seconds), stats)
             to_requeue = self._not_done_before_signal(to_requeue, sig.sent_at, seen)
+        to_requeue = sorted(set(to_requeue) | sig.escaped)   # escapes: no signal, no wait
         not_requeued = set(sig.starts.moved) - set(to_requeue)
         if not_requeued:      # a moved job that ended meanwhile, or kept its GPUs: not started
             sig.starts = sig.starts.without_starts(not_requeued)

@@ -7,7 +7,9 @@ the host; 24.11 and 26.05 through `bash docker/versions.sh VERSION tests/integra
   `required_nodes`, the released job starts there, and `ReqNodeList=` clears the pin;
 - comments: the plugin's tag in `comment` and its record in `admin_comment` (`shock:req=` and
   the job's tres_per_node, spelled `gres:gpu:N` by 22.05 and `gres/gpu:N` by 23.11+);
-- `scancel --signal` names each job it could not signal on stderr (`SCANCEL_FAILED_RE`).
+- `scancel --signal` names each job it could not signal on stderr (`SCANCEL_FAILED_RE`);
+- a hold does not stop a running job: a release racing the round's `scontrol hold` leaves the
+  job running outside the plan (`SlurmActions._started_before_hold` looks for it).
 """
 
 from __future__ import annotations
@@ -127,3 +129,15 @@ def test_the_test_cluster_starts_released_jobs_without_slurms_batch_delay(slurm_
     params = scheduler_parameters(shown.stdout)
     assert params is not None and batch_sched_delay(params) == 0.0, params
     assert release_delay_advice(backend.run) is None
+
+
+def test_a_hold_leaves_a_running_job_running(jobs):
+    """`scontrol hold` on a job Slurm has just started (22.05: rc 0, priority 0, Reason
+    JobHeldAdmin) does not stop it: the daemon must read which held jobs run and requeuehold
+    them itself."""
+    job_id = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1")
+    _scontrol("release", str(job_id))
+    _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING")
+    subprocess.run(["scontrol", "hold", str(job_id)], capture_output=True, timeout=30)
+    time.sleep(2)
+    assert _job(job_id).state is JobState.RUNNING
