@@ -338,3 +338,32 @@ def test_live_like_rounds_keep_a_job_whose_gpus_no_start_takes() -> None:
         snap = cluster.observe(now)
         cluster.enact(place_plan(RoundPlan(frozenset(run)), snap), snap)
     assert {d.job_id for d in cluster._running} == {0, 1}
+
+
+def test_live_like_rounds_bound_a_move_like_a_stop() -> None:
+    """As the daemon does (`live.churn.ChurnGuard.bound`: a move is a stop and a restart): on
+    two nodes of 2 GPUs, A runs on the first since 0 s, C on the second since 120 s. At 180 s
+    the plan moves C beside A to make room for the 2-GPU job B; C's run (60 s) is younger than
+    the 90 s minimum, so C stays where it runs and B, which then fits no node, waits (before:
+    the simulator moved C, which the daemon never does)."""
+    from shockslurm.churn_rules import ChurnLimits
+    from shockslurm.model import parse_cluster_shape
+    from shockslurm.sim.cluster import SimulatedCluster
+
+    nodes = parse_cluster_shape("2x2")
+    a = make_spec(0, epochs=10, bs=10, samples=1000, ips=1.0)
+    c = make_spec(1, epochs=10, bs=10, samples=1000, ips=1.0, arrival=100.0)
+    b = make_spec(2, gang=2, epochs=10, bs=10, samples=1000, ips=1.0, arrival=100.0)
+    cluster = SimulatedCluster(4, [a, c, b], round_s=60.0, restart_overhead_s=0.0, nodes=nodes,
+                               fill_on_completion=True, churn=ChurnLimits.for_round(60.0))
+    n0, n1 = nodes[0].name, nodes[1].name
+    plans = [(0.0, {0: ((n0, 1),)}), (60.0, {0: ((n0, 1),)}),
+             (120.0, {0: ((n0, 1),), 1: ((n1, 1),)}),
+             (180.0, {0: ((n0, 1),), 1: ((n0, 1),), 2: ((n1, 2),)})]
+    for now, placement in plans:
+        snap = cluster.observe(now)
+        moved = [1] if now == 180.0 else []
+        cluster.enact(RoundPlan(frozenset(placement), {"moved": moved} if moved else {},
+                                placement), snap)
+    assert {d.job_id for d in cluster._running} == {0, 1}
+    assert cluster._where[1] == ((n1, 1),)

@@ -25,10 +25,11 @@ or a job arrives whose gang the GPUs idle at that moment can place (no running j
 way), and the next round is a normal round from that moment: the jobs still running are cut there
 (their progress so far is kept, and they are not restarted if the next plan keeps them).
 The daemon's churn bounds apply as they do live (`churn`, `churn_rules`: a running job the plan
-would stop keeps running while its current run is younger than 1.5 rounds or it is expected to
-end within two rounds; planned starts that no longer fit wait, latest arrival first), and so
-does its rule for the stops that follow (`churn_rules.idle_stops`: a running job whose GPUs no
-job of the round takes keeps running where it is).
+would stop or move keeps running where it runs while its current run is younger than 1.5 rounds
+or it is expected to end within two rounds; planned starts that no longer fit wait, latest
+arrival first; the plan is placed again around the jobs kept, and a start whose nodes they still
+hold waits), and so does its rule for the stops that follow (`churn_rules.idle_stops`: a running
+job whose GPUs no job of the round takes keeps running where it is).
 Restarts are charged as they happen live: a restarted run spends its first
 `restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
 the next round), instead of the reference's full-round-only rule.
@@ -42,7 +43,7 @@ from typing import Mapping, Sequence
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
 from ..placement import NodeBook
-from ..plan_on_nodes import free_after, place_around, place_plan
+from ..plan_on_nodes import fit_on_nodes, free_after, place_around, place_plan
 from ..policies import PolicySettings
 from .jobs import Run, SimJob
 
@@ -115,12 +116,10 @@ class SimulatedCluster:
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
+        if not set(plan.run) <= set(plan.placement):      # a plan that comes unplaced
+            plan = place_plan(plan, snapshot)
         if self.churn is not None:
-            plan = self._bounded(plan, now, self.churn)
-        if set(plan.placement) != set(plan.run):    # the churn bounds changed it: as live
-            plan = (place_around(plan, snapshot, plan.info_ids("moved"))
-                    if plan.placement else place_plan(plan, snapshot))
-        if self.churn is not None:
+            plan = self._bounded(plan, snapshot, self.churn)
             plan = self._keep_idle_stops(plan, snapshot)
         self._moved = frozenset(j for j in plan.run if j in self._previous
                                 and self._where.get(j) != plan.placement[j])
@@ -152,11 +151,16 @@ class SimulatedCluster:
         return self._pending[0].arrival_s if self._pending else None
 
     # ------------------------------------------------------------------ internals
-    def _bounded(self, plan: RoundPlan, now: float, churn: ChurnLimits) -> RoundPlan:
-        """The daemon's churn bounds (`churn_rules`): running jobs the plan would stop but the
-        daemon would keep keep running, and planned starts that no longer fit wait."""
+    def _bounded(self, plan: RoundPlan, snapshot: Snapshot, churn: ChurnLimits) -> RoundPlan:
+        """The daemon's churn bounds (`churn_rules`, as `live.phases` applies them): running
+        jobs the plan would stop or move (a move is a stop and a restart) but the daemon would
+        keep keep running where they run; planned starts that no longer fit wait; the plan is
+        placed again around the jobs that keep their GPUs (`plan_on_nodes.place_around`), and
+        a start whose planned nodes they still hold waits (`fit_on_nodes`)."""
+        now = snapshot.now
         running = [j for j in self._previous if j in self._active]
-        keep = [j for j in running if j not in plan.run and early_stop_reason(
+        moved = plan.info_ids("moved") & set(running)
+        keep = [j for j in running if (j not in plan.run or j in moved) and early_stop_reason(
             churn, now - self._run_start.get(j, now),
             self._active[j].remaining_iterations / self._active[j].throughput) is not None]
         if not keep:
@@ -168,7 +172,26 @@ class SimulatedCluster:
         info = {**plan.info, "kept": sorted(keep)}
         if dropped:
             info["dropped"] = list(dropped)
-        return RoundPlan(run, info)
+        bounded = RoundPlan(run, info, {j: s for j, s in plan.placement.items() if j in run})
+        movable = moved - set(keep)
+        if set(bounded.placement) != set(bounded.run):
+            bounded = place_around(bounded, snapshot, movable)
+        movable &= {j for j in bounded.run if bounded.placement[j] != self._where.get(j)}
+        return self._fit_starts(bounded, snapshot, movable)
+
+    def _fit_starts(self, plan: RoundPlan, snapshot: Snapshot, moved: set[int]) -> RoundPlan:
+        """`plan` with every running job it keeps (all but the `moved` ones) where it runs, and
+        without the starts whose planned nodes they still hold (the daemon's `fit_nodes`)."""
+        holding = {j: self._where[j] for j in plan.run if j in self._where and j not in moved}
+        free = free_after(snapshot.cluster_nodes, snapshot.reserved, holding)
+        starts = sorted((j for j in plan.run if j not in holding),
+                        key=lambda j: (self._active[j].spec.arrival_s, j))
+        dropped = fit_on_nodes(starts, plan.placement, free)
+        placement = {**{j: s for j, s in plan.placement.items() if j not in dropped}, **holding}
+        info = dict(plan.info)
+        if dropped:
+            info["dropped"] = sorted(set(plan.info_ids("dropped")) | set(dropped))
+        return RoundPlan(plan.run - frozenset(dropped), info, placement)
 
     def _keep_idle_stops(self, plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
         """The daemon's rule (`churn_rules.idle_stops`): a running job the placed plan stops
