@@ -1,8 +1,9 @@
 """A round's plan on the snapshot's nodes (the node rules themselves are `placement`'s):
 
 - `place_plan`: the round loop's placement step, for every policy (`engine`);
-- `place_around`: the plan placed again once the churn bounds changed its run set, the same in
-  the daemon (`live.phases`) and the simulator (`sim.cluster`);
+- `place_around`: the plan placed again once the churn bounds kept a job it stops or moves, the
+  same in the daemon (`live.phases`) and the simulator (`sim.cluster`): the jobs they keep stay
+  where they run, the running jobs they let move may move;
 - `free_after` and `fit_on_nodes`: free GPUs per node once some jobs hold theirs, and the
   starts whose planned nodes lack them.
 """
@@ -57,10 +58,11 @@ def _noted(plan: RoundPlan, result: Placement) -> dict[str, object]:
 
 
 def place_around(plan: RoundPlan, snapshot: Snapshot, movable: Iterable[int] = ()) -> RoundPlan:
-    """`plan` placed again after the churn bounds changed its run set, in the daemon and the
-    simulator alike: its running jobs stay where they run (held GPUs) unless `movable`; starts
-    and allowed moves go around them (a gang planned onto a kept job's node takes a node with
-    room, or is `unplaced`). Never adds a move; `info["replaced"]`: starts on other nodes."""
+    """`plan` placed again after the churn bounds changed it, in the daemon and the simulator
+    alike: its running jobs stay where they run (held GPUs) unless `movable` (the running jobs
+    the bounds let the round move); starts and moves go around them (a gang planned onto a kept
+    job's node takes a node with room, moving movable jobs when that places more, or is
+    `unplaced`); `info["replaced"]`: starts on other nodes."""
     if not snapshot.cluster_nodes:
         return plan
     gang = {v.job_id: v.gang_size for v in snapshot.jobs}

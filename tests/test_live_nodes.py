@@ -253,15 +253,37 @@ def test_a_stop_whose_gpus_no_start_takes_is_not_made():
 
 
 def test_a_move_the_churn_bounds_forbid_keeps_the_job_and_does_not_start_the_gang():
-    """The 1-GPU job started 100 s ago (min run 180 s): it stays where it runs, so the 8-GPU
-    job planned on its node is not released (it would wait in Reason=Resources)."""
+    """The 1-GPU jobs started 100 s ago (min run 180 s): the one the plan moves stays where it
+    runs, and so must every other (none may move), so the 8-GPU job planned on its node is not
+    released (it would wait in Reason=Resources)."""
     b = NodesBackend(_fragmented())
     c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, round_s=120)
     snap = c.observe(1000.0)
     plan = place_plan(RoundPlan(frozenset({1, 10, 11, 12, 13})), snap)
     c.enact(plan, snap)
     assert b.log == []
-    assert c.last_stats.kept and c.last_stats.dropped == (1,)
+    assert list(c.last_stats.kept.values()) == ["min_run"]
+
+
+def test_a_move_the_churn_bounds_forbid_is_made_with_a_job_they_let_move():
+    """As above, but only the job the plan moves is young: the plan is placed again around it,
+    another 1-GPU job (old enough) moves instead, and the 8-GPU job starts on that one's node
+    (before: nothing started, the gang waited for a later round)."""
+    jobs = _fragmented()
+    b = NodesBackend(jobs)
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, round_s=120)
+    snap = c.observe(1000.0)
+    plan = place_plan(RoundPlan(frozenset({1, 10, 11, 12, 13})), snap)
+    (young,) = plan.info["moved"]
+    b._jobs = [replace(j, start_time=0.0) if j.job_id not in (young, 1) else j for j in jobs]
+    snap = c.observe(1000.0)
+    c.enact(plan, snap)
+    assert c.last_stats.kept == {young: "min_run"} and c.last_stats.moved == 1
+    (mover,) = [int(a[-1]) for a in b.log if a[:2] == ("scancel", "--signal=USR1")]
+    assert mover != young
+    (gang_pin,) = [a[3] for a in b.log if a[:3] == ("scontrol", "update", "JobId=1")]
+    assert gang_pin == f"ReqNodeList={snap.placements[mover][0][0]}"
+    assert b.log[-1] == ("scontrol", "release", f"1,{mover}")
 
 
 def test_a_start_whose_node_is_held_by_a_kept_job_is_not_released():

@@ -340,12 +340,15 @@ def test_live_like_rounds_keep_a_job_whose_gpus_no_start_takes() -> None:
     assert {d.job_id for d in cluster._running} == {0, 1}
 
 
-def test_live_like_rounds_bound_a_move_like_a_stop() -> None:
+@pytest.mark.parametrize("a_since", [0.0, 120.0])
+def test_live_like_rounds_bound_a_move_like_a_stop(a_since: float) -> None:
     """As the daemon does (`live.churn.ChurnGuard.bound`: a move is a stop and a restart): on
-    two nodes of 2 GPUs, A runs on the first since 0 s, C on the second since 120 s. At 180 s
-    the plan moves C beside A to make room for the 2-GPU job B; C's run (60 s) is younger than
-    the 90 s minimum, so C stays where it runs and B, which then fits no node, waits (before:
-    the simulator moved C, which the daemon never does)."""
+    two nodes of 2 GPUs, A runs on the first since `a_since`, C on the second since 120 s. At
+    180 s the plan moves C beside A to make room for the 2-GPU job B; C's run (60 s) is younger
+    than the 90 s minimum, so C stays where it runs (before: the simulator moved C, which the
+    daemon never does). The plan is placed again around C: A, when it may move (it has run
+    180 s), goes beside C and B takes A's node; when A is as young as C, B fits no node and
+    waits."""
     from shockslurm.churn_rules import ChurnLimits
     from shockslurm.model import parse_cluster_shape
     from shockslurm.sim.cluster import SimulatedCluster
@@ -357,13 +360,18 @@ def test_live_like_rounds_bound_a_move_like_a_stop() -> None:
     cluster = SimulatedCluster(4, [a, c, b], round_s=60.0, restart_overhead_s=0.0, nodes=nodes,
                                fill_on_completion=True, churn=ChurnLimits.for_round(60.0))
     n0, n1 = nodes[0].name, nodes[1].name
-    plans = [(0.0, {0: ((n0, 1),)}), (60.0, {0: ((n0, 1),)}),
-             (120.0, {0: ((n0, 1),), 1: ((n1, 1),)}),
-             (180.0, {0: ((n0, 1),), 1: ((n0, 1),), 2: ((n1, 2),)})]
+    plans = [(0.0, {}), (60.0, {}), (120.0, {1: ((n1, 1),)}),
+             (180.0, {1: ((n0, 1),), 2: ((n1, 2),)})]
     for now, placement in plans:
+        if now >= a_since:
+            placement = {0: ((n0, 1),), **placement}
         snap = cluster.observe(now)
         moved = [1] if now == 180.0 else []
         cluster.enact(RoundPlan(frozenset(placement), {"moved": moved} if moved else {},
                                 placement), snap)
-    assert {d.job_id for d in cluster._running} == {0, 1}
     assert cluster._where[1] == ((n1, 1),)
+    if a_since == 0.0:
+        assert {d.job_id for d in cluster._running} == {0, 1, 2}
+        assert cluster._where[0] == ((n1, 1),) and cluster._where[2] == ((n0, 2),)
+    else:
+        assert {d.job_id for d in cluster._running} == {0, 1}

@@ -69,6 +69,18 @@ class ChurnGuard:
             out[job.job_id] = h
         return out
 
+    def free_to_move(self, ours: Sequence[SlurmJob], run: Collection[int],
+                     limits: en.ChurnLimits, now: float,
+                     remaining_s: Mapping[int, float] | None = None) -> set[int]:
+        """The running managed jobs of `run` that the bounds would let the round stop, and so
+        move (`keep_reason` None): the ones placing the plan again may put on other nodes."""
+        running = [j for j in ours if j.managed and j.job_id in run
+                   and j.state in (JobState.RUNNING, JobState.SUSPENDED)]
+        histories = self.histories(running)
+        remaining_s = remaining_s or {}
+        return {j.job_id for j in running if en.keep_reason(
+            j, histories[j.job_id], limits, now, remaining_s.get(j.job_id)) is None}
+
     def bound(self, plan: RoundPlan, ours: Sequence[SlurmJob], limits: en.ChurnLimits,
               gpus: int, now: float, stats: EnactStats,
               remaining_s: Mapping[int, float] | None = None,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 from ..churn_rules import idle_stops
 from ..model import RoundPlan, Snapshot
+from ..placement import moved_jobs
 from ..plan_on_nodes import free_after, place_around
 from ..slurm.types import JobState, SlurmJob
 from . import enact as en
@@ -19,19 +20,23 @@ from .layout import Layout
 log = logging.getLogger("shockslurm.live.cluster")
 
 
-def place_around_kept(plan: RoundPlan, snapshot: Snapshot, moved: set[int]
+def place_around_kept(plan: RoundPlan, snapshot: Snapshot, kept: Collection[int],
+                      movable: Callable[[], set[int]], moved: set[int]
                       ) -> tuple[RoundPlan, set[int]]:
-    """When the churn bounds changed the run set, the plan placed again around the jobs
-    they keep, as in the simulator (`plan_on_nodes.place_around`), and the moves left."""
-    if not (snapshot.nodes and plan.placement) or set(plan.placement) == set(plan.run):
+    """When the churn bounds `kept` a job the plan stops or moves, the plan placed again around
+    the jobs they keep, as in the simulator (`plan_on_nodes.place_around`), with the running
+    jobs they let move (`movable`, read only then) free to move (a gang planned onto a kept
+    job's GPUs may take another node that moves make room on); and the moves of the result
+    (else `moved`)."""
+    if not (snapshot.nodes and plan.placement and kept):
         return plan, moved
-    placed = place_around(plan, snapshot, moved)
-    if placed.info_ids("replaced") or placed.run != plan.run:
+    placed = place_around(plan, snapshot, movable() - set(kept))
+    now_moved = set(moved_jobs(placed.placement, snapshot.placements))
+    if placed.info_ids("replaced") or placed.run != plan.run or now_moved != moved:
         log.info("placed the plan again around the jobs kept running: starts on other "
-                 "nodes %s, not placed %s", sorted(placed.info_ids("replaced")),
-                 sorted(set(plan.run) - set(placed.run)))
-    return placed, {j for j in moved if j in placed.run
-                    and placed.placement[j] != snapshot.placements.get(j)}
+                 "nodes %s, moves %s, not placed %s", sorted(placed.info_ids("replaced")),
+                 sorted(now_moved), sorted(set(plan.run) - set(placed.run)))
+    return placed, now_moved
 
 
 def fit_nodes(plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],

@@ -137,7 +137,9 @@ class EnactPhases(SlurmActions):
         moved = plan.info_ids("moved") if snapshot.nodes else set()
         plan = self.guard.bound(plan, ours, self.churn, self.gpus, snapshot.now, stats,
                                 remaining, moved=moved)
-        plan, moved = place_around_kept(plan, snapshot, moved - set(stats.kept))
+        plan, moved = place_around_kept(
+            plan, snapshot, stats.kept, lambda: self.guard.free_to_move(
+                ours, plan.run, self.churn, snapshot.now, remaining), moved)
         pins = en.pin_nodes(plan.placement, ours) if snapshot.nodes else {}
         moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
         plan = fit_nodes(plan, snapshot, ours, moved, stats)

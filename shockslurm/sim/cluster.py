@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
-from ..placement import NodeBook
+from ..placement import NodeBook, moved_jobs
 from ..plan_on_nodes import fit_on_nodes, free_after, place_around, place_plan
 from ..policies import PolicySettings
 from .jobs import Run, SimJob
@@ -155,14 +155,16 @@ class SimulatedCluster:
         """The daemon's churn bounds (`churn_rules`, as `live.phases` applies them): running
         jobs the plan would stop or move (a move is a stop and a restart) but the daemon would
         keep keep running where they run; planned starts that no longer fit wait; the plan is
-        placed again around the jobs that keep their GPUs (`plan_on_nodes.place_around`), and
-        a start whose planned nodes they still hold waits (`fit_on_nodes`)."""
+        placed again around the jobs that keep their GPUs (`plan_on_nodes.place_around`; the
+        running jobs the bounds let move may move), and a start whose planned nodes they still
+        hold waits (`fit_on_nodes`)."""
         now = snapshot.now
         running = [j for j in self._previous if j in self._active]
         moved = plan.info_ids("moved") & set(running)
-        keep = [j for j in running if (j not in plan.run or j in moved) and early_stop_reason(
+        protected = {j for j in running if early_stop_reason(
             churn, now - self._run_start.get(j, now),
-            self._active[j].remaining_iterations / self._active[j].throughput) is not None]
+            self._active[j].remaining_iterations / self._active[j].throughput) is not None}
+        keep = [j for j in running if (j not in plan.run or j in moved) and j in protected]
         if not keep:
             return plan
         order = sorted((j for j in plan.run if j not in running),
@@ -172,12 +174,10 @@ class SimulatedCluster:
         info = {**plan.info, "kept": sorted(keep)}
         if dropped:
             info["dropped"] = list(dropped)
-        bounded = RoundPlan(run, info, {j: s for j, s in plan.placement.items() if j in run})
-        movable = moved - set(keep)
-        if set(bounded.placement) != set(bounded.run):
-            bounded = place_around(bounded, snapshot, movable)
-        movable &= {j for j in bounded.run if bounded.placement[j] != self._where.get(j)}
-        return self._fit_starts(bounded, snapshot, movable)
+        placed = place_around(RoundPlan(run, info, {j: s for j, s in plan.placement.items()
+                                                    if j in run}),
+                              snapshot, {j for j in run if j in running and j not in protected})
+        return self._fit_starts(placed, snapshot, set(moved_jobs(placed.placement, self._where)))
 
     def _fit_starts(self, plan: RoundPlan, snapshot: Snapshot, moved: set[int]) -> RoundPlan:
         """`plan` with every running job it keeps (all but the `moved` ones) where it runs, and
