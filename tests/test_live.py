@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from shockslurm.churn_rules import ChurnLimits
 from shockslurm.model import RoundPlan
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.specs import spec_from_comment
@@ -248,8 +249,9 @@ def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_pla
     """Job 1 was released last round and still waits; this round's plan runs job 2 instead.
     Slurm starts job 1 between the round's read and the hold; `scontrol hold` succeeds on a
     running job (22.05: rc 0, the job runs on). Job 1 then runs outside the plan on job 2's
-    GPUs: it is requeueheld at once, and job 2 released once its GPUs are free (before this
-    fix: job 1 ran on until the next round, job 2 waited for its GPUs)."""
+    GPUs; with no churn bounds to keep it, it is requeueheld at once, and job 2 released once
+    its GPUs are free (before: job 1 ran on until the next round, job 2 waited for its GPUs).
+    With the bounds, a job that has just started is kept: `test_live_nodes`."""
     released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=32)
     b = FakeBackend([released, job(2, gpus=32)])
     original = b.run
@@ -263,7 +265,7 @@ def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_pla
         return original(argv)
 
     b.run = run
-    c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None)
+    c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None, churn=ChurnLimits(0, 0, 0, 0))
     c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
     assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"), ("scontrol", "requeuehold", "1"),
                                       ("scontrol", "release", "2")], b.log

@@ -338,3 +338,31 @@ def test_idle_unplaceable_reaches_the_round_log_and_the_metric():
     assert "idle_unplaceable_gpu_s=240.0" in lines[-1] and "pinned=1" in lines[-1]
     text = metrics.render().decode()
     assert 'shockslurm_idle_gpu_seconds_total{cause="unplaceable"} 240.0' in text
+
+
+def test_a_job_started_before_its_hold_keeps_running_and_its_successor_waits():
+    """Job 1 (8 GPUs) was released last round and still waits; this round's plan runs job 2 (8
+    GPUs) on gpu01 instead. Slurm starts job 1 on gpu01 between the round's read and the hold
+    (the hold does not stop it). Job 1 has just started: the churn bounds keep it (minimum
+    run), so it is not requeued, and job 2 is not released (pinned to gpu01, it would wait in
+    Reason=Resources); the next round plans with job 1 running."""
+    released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=8)
+    b = NodesBackend([released, job(2, gpus=8)])
+    original = b.run
+
+    def run(argv):
+        if argv[1] == "hold":
+            b.log.append(tuple(argv))
+            b._jobs = [replace(on(1, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=1000.5)
+                       if j.job_id == 1 else j for j in b._jobs]
+            return CommandResult(tuple(argv), 0, "", "", 0.0)
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None, round_s=120)
+    snap = c.observe(1000.0)
+    plan = place_plan(RoundPlan(frozenset({2})), snap)
+    assert plan.placement[2] == (("gpu01", 8),)
+    c.enact(plan, snap)
+    assert b.log == [("scontrol", "hold", "1")]
+    assert c.last_stats.started == 0 and c.last_stats.stopped == 0

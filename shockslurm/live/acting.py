@@ -14,7 +14,7 @@ and how it waits for the jobs it stops.
   (`freed_at`, monotonic), for the switch's idle GPU-seconds.
 - After a hold, `started_before_hold` reads which of its jobs Slurm had started first (a
   release of an earlier round racing the hold; 22.05 holds a running job without complaint and
-  lets it run); the round requeueholds them with its stops.
+  lets it run); the round keeps them or requeueholds them (`live.phases`).
 """
 
 from __future__ import annotations
@@ -161,17 +161,13 @@ class SlurmActions:
             log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
         return keep
 
-    def _started_before_hold(self, job_ids: Sequence[int]) -> set[int]:
+    def _started_before_hold(self, job_ids: Sequence[int]) -> list[SlurmJob]:
         """The jobs of a hold that hold GPUs now (one fresh read): Slurm started them between
         the round's read and the hold (a release of an earlier round racing it). The hold
         succeeds on a running job (Slurm 22.05: rc 0, priority 0, Reason=JobHeldAdmin, still
         RUNNING), so they would run outside the plan on GPUs it gave to others."""
         wanted = set(job_ids)
-        escaped = {j.job_id for j in self._squeue() if j.job_id in wanted and j.state.holds_gpus}
-        if escaped:
-            log.info("jobs %s started before their hold: requeuehold (outside the plan)",
-                     sorted(escaped))
-        return escaped
+        return [j for j in self._squeue() if j.job_id in wanted and j.state.holds_gpus]
 
     def _wait_stopped(self, run: frozenset[int], stopping: set[int],
                       stats: EnactStats) -> set[int]:

@@ -29,7 +29,8 @@ from .idle import SwitchClock
 from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .node_steps import fit_nodes, keep_idle_stops, place_around_kept
 from .specs import LiveSpec
-from ..slurm.gres import expand_hostlist
+from ..plan_on_nodes import fit_on_nodes, free_after
+from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
 from ..slurm.types import SlurmJob
 
 log = logging.getLogger("shockslurm.live.cluster")
@@ -223,7 +224,7 @@ class EnactPhases(SlurmActions):
                 stats: EnactStats) -> Signalled:
         """Holds and USR1s (`enact.stop_steps`); a job whose signal failed is not requeued
         this round, and the plan is bounded around the GPUs it keeps; a held job that Slurm
-        had started before its hold is `escaped`: requeueheld with the stops."""
+        had started before its hold is kept or requeueheld (`_escaped_holds`)."""
         by_id = {j.job_id: j for j in prep.ours}
         sig = Signalled(prep.plan, prep.e)
         for step in en.stop_steps(prep.e):
@@ -231,7 +232,8 @@ class EnactPhases(SlurmActions):
                 sig.sent_at[j] = snapshot.now + (self._monotonic() - t_enact)
             result = self._run(step, stats)
             if step.action == "hold":
-                sig.escaped = self._started_before_hold(step.job_ids)
+                self._escaped_holds(self._started_before_hold(step.job_ids), prep, sig,
+                                    snapshot)
             if step.action != "signal":
                 continue
             if not result.ok:
@@ -243,6 +245,37 @@ class EnactPhases(SlurmActions):
         if sig.unsignalled:
             self._bound_unsignalled(prep, sig, snapshot, stats)
         return sig
+
+    def _escaped_holds(self, jobs: Sequence[SlurmJob], prep: Prepared, sig: Signalled,
+                       snapshot: Snapshot) -> None:
+        """Held jobs that Slurm had started first run outside the plan. The churn bounds decide
+        as for any running job the plan stops: one they keep (a job that has just started is
+        younger than the minimum run) keeps running, and the starts planned onto its GPUs wait
+        for a later round (released, they would wait in Reason=Resources); the others are
+        requeueheld with the round's stops (`sig.escaped`)."""
+        if not jobs:
+            return
+        histories = self.guard.histories(jobs)
+        kept = {j.job_id: shares for j in jobs
+                if en.keep_reason(j, histories[j.job_id], self.churn, snapshot.now) is not None
+                and (shares := gpus_per_allocated_node(j)) is not None}
+        sig.escaped = {j.job_id for j in jobs} - set(kept)
+        dropped: tuple[int, ...] = ()
+        if kept and snapshot.nodes:
+            holding = {j for j in sig.plan.run if j in snapshot.placements
+                       and j not in prep.moved}
+            free = free_after(snapshot.cluster_nodes, snapshot.reserved,
+                              {**{j: snapshot.placements[j] for j in holding}, **kept})
+            by_id = {j.job_id: j for j in prep.ours}
+            starts = sorted(sig.starts.start, key=lambda j: (by_id[j].submit_time, j)
+                            if j in by_id else (0.0, j))
+            dropped = fit_on_nodes(starts, sig.plan.placement, free)
+            sig.starts = sig.starts.without_starts(dropped)
+        log.info("jobs %s started before their hold: %s", sorted(j.job_id for j in jobs),
+                 "; ".join(part for part in (
+                     f"kept running (churn bounds), not starting {list(dropped)}" if kept
+                     else "", f"requeuehold {sorted(sig.escaped)}" if sig.escaped else "")
+                     if part))
 
     def _bound_unsignalled(self, prep: Prepared, sig: Signalled, snapshot: Snapshot,
                            stats: EnactStats) -> None:
