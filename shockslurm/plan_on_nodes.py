@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares, RoundPlan, Snapshot
-from .placement import NodeBook, Placement, moved_jobs, place, stay_order
+from .node_book import NodeBook, stay_order
+from .placement import Placement, moved_jobs, place
 
 
 def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:

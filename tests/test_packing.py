@@ -79,7 +79,7 @@ def test_no_round_holds_more_than_the_nodes_place(shape, horizon, data):
 
 
 def test_the_priority_rule_takes_the_earliest_block_with_room():
-    from shockslurm.placement import NodeBook
+    from shockslurm.node_book import NodeBook
     books = [NodeBook(parse_cluster_shape("1x2")) for _ in range(4)]
     books[0].take(2)
     books[2].take(1)

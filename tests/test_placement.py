@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape, pool
-from shockslurm.placement import NodeBook, Placement, _place_keeping, place
+from shockslurm.node_book import NodeBook
+from shockslurm.placement import Placement, _place_keeping, place
 from shockslurm.plan_on_nodes import free_after, place_around, place_plan
 
 from .conftest import make_view
@@ -372,3 +373,19 @@ def test_take_within_places_only_on_the_named_nodes() -> None:
     assert book.take_within(16, {"node01", "node03"}) is None
     assert book.free_gpus == before
     assert book.take_within(16, {"node01", "node04"}) == (("node01", 8), ("node04", 8))
+
+
+def test_gangs_that_fill_nodes_exactly_are_all_placed() -> None:
+    """Best fit largest first puts 4 and 3 on one free node and 3, 2, 2 on the other, and
+    the last 2 fits nowhere; filling each node with the sizes closest to its room (4+2+2,
+    3+3+2) places every gang, as Shockwave's window layout (`NodeBook` in priority order) had
+    (a round of its plan lost a job here before)."""
+    gangs = {0: 2, 1: 3, 2: 3, 3: 4, 4: 8, 5: 8, 6: 2, 7: 2}
+    result = place(parse_cluster_shape("4x8"), gangs)
+    assert result.unplaced == () and set(result.shares) == set(gangs)
+    used: dict[str, int] = {}
+    for shares in result.shares.values():
+        for node, gpus in shares:
+            used[node] = used.get(node, 0) + gpus
+    assert all(v == 8 for v in used.values())
+    assert place(parse_cluster_shape("4x8"), gangs, moves=False).unplaced == ()

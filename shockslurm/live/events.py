@@ -8,7 +8,7 @@ Slurm once and asks here).
   and a waiting job of ours fits the GPUs idle now: the round's capacity left those GPUs out, so
   without an event they would idle until the next round.
 - An arrival: a job of ours that was not there at the last round is pending and its gang fits
-  the GPUs idle now, node by node (`placement.NodeBook`), so it can start at once, as plain Slurm
+  the GPUs idle now, node by node (`node_book.NodeBook`), so it can start at once, as plain Slurm
   would start it, instead of waiting up to a round. Only new jobs count: a job the policy chose
   to leave waiting does not restart the round every poll.
 """
@@ -19,7 +19,7 @@ from typing import Callable, Collection, Sequence
 
 from ..errors import InputError
 from ..model import pool
-from ..placement import NodeBook
+from ..node_book import NodeBook
 from ..slurm.gres import expand_hostlist
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 from .layout import PLACED_STATES, Layout

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import JobView, NodeShares, RoundPlan, Snapshot
-from ..placement import NodeBook, stay_order
+from ..node_book import NodeBook, stay_order
 
 
 @dataclass

@@ -42,7 +42,8 @@ from typing import Mapping, Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
 from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
-from ..placement import NodeBook, moved_jobs
+from ..node_book import NodeBook
+from ..placement import moved_jobs
 from ..plan_on_nodes import fit_on_nodes, free_after, place_around, place_plan
 from ..policies import PolicySettings
 from .jobs import Run, SimJob

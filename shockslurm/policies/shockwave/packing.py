@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...model import Node, pool
-from ...placement import NodeBook
+from ...node_book import NodeBook
 
 
 def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,

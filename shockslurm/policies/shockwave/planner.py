@@ -54,7 +54,7 @@ import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
 from ...model import RoundPlan, Snapshot
-from ...placement import NodeBook
+from ...node_book import NodeBook
 from ...plan_on_nodes import place_plan
 from .config import ShockwaveConfig
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market

@@ -1,0 +1,184 @@
+"""`NodeBook`: free GPUs per node while gangs are placed one by one, the scratch pad of
+`placement` and of the planners that keep their own packing within what can be placed
+(Shockwave's window layout, fifo's backfill); and the two orders placement takes gangs in.
+
+Rule 1 of `placement` lives here: a gang that some node can hold sits on one node (best fit:
+the node with the fewest free GPUs that still fits it, then node order); a larger gang takes
+whole free nodes, the largest first, as few as cover it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from typing import Collection, Iterable, Mapping, Sequence
+
+from .model import Node, NodeShares
+
+
+class NodeBook:
+    """Free GPUs per node while gangs are placed one by one (a mutable scratch pad)."""
+
+    def __init__(self, nodes: Sequence[Node], reserved: Mapping[str, int] | None = None) -> None:
+        """`reserved`: GPUs per node name held by jobs placement does not manage (taken from
+        the start; a node with any is not whole)."""
+        if not nodes:
+            raise ValueError("placement needs at least one node")
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
+        self.nodes = tuple(nodes)
+        self._index = {n.name: i for i, n in enumerate(self.nodes)}
+        self._cap = [n.gpus for n in self.nodes]
+        self._free = list(self._cap)
+        self.largest = max(self._cap)
+        # node indices by free GPUs (best fit without scanning every node) and the wholly free ones
+        self._by_free: list[set[int]] = [set() for _ in range(self.largest + 1)]
+        self._levels: list[int] = []        # the free-GPU counts some node has, ascending
+        for i, c in enumerate(self._cap):
+            self._file(i, c)
+        self._whole: set[int] = set(range(len(self.nodes)))
+        self._whole_gpus = sum(self._cap)
+        self._free_total = sum(self._cap)
+        for name, gpus in (reserved or {}).items():
+            if name not in self._index:
+                raise ValueError(f"reserved GPUs on unknown node {name!r}")
+            i = self._index[name]
+            if gpus > 0:
+                self._use(i, min(int(gpus), self._free[i]))
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def free_gpus(self) -> int:
+        return self._free_total
+
+    def free_on(self, name: str) -> int:
+        return self._free[self._index[name]]
+
+    def multi_node(self, gang: int) -> bool:
+        """True for a gang larger than every node (rule 1: it takes whole nodes)."""
+        return gang > self.largest
+
+    def can_take(self, gang: int) -> bool:
+        """Whether a gang of `gang` GPUs can still be placed."""
+        if gang <= 0:
+            return False
+        if self.multi_node(gang):
+            return self._whole_gpus >= gang
+        return bool(self._levels) and self._levels[-1] >= gang
+
+    # ------------------------------------------------------------------ placing
+    def take(self, gang: int, prefer: NodeShares | None = None,
+             avoid: Mapping[str, int] | None = None) -> NodeShares | None:
+        """Place a gang by rules 1 and 3 (on `prefer`, a single node, when it has room; among
+        equally good nodes, the one with the fewest GPUs in `avoid`); None when it cannot be
+        placed."""
+        if not self.can_take(gang):
+            return None
+        if self.multi_node(gang):
+            return self._take_whole(gang)
+        if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index:
+            i = self._index[prefer[0][0]]
+            if self._free[i] >= gang:
+                self._use(i, gang)
+                return ((self.nodes[i].name, gang),)
+        f = self._levels[bisect_left(self._levels, gang)]     # best fit: the fewest free
+        i = (min(self._by_free[f]) if not avoid else
+             min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
+        self._use(i, gang)
+        return ((self.nodes[i].name, gang),)
+
+    def take_at(self, shares: NodeShares) -> bool:
+        """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
+        node is unknown or lacks room. A multi-node gang needs its nodes wholly free."""
+        gang = sum(g for _, g in shares)
+        if not shares or any(n not in self._index or g <= 0 for n, g in shares):
+            return False
+        if len({n for n, _ in shares}) != len(shares):
+            return False
+        idx = [self._index[n] for n, _ in shares]
+        whole = self.multi_node(gang)
+        for i, (_, g) in zip(idx, shares):
+            if (self._free[i] != self._cap[i]) if whole else (self._free[i] < g):
+                return False
+        for i, (_, g) in zip(idx, shares):
+            self._use(i, self._cap[i] if whole else g)
+        return True
+
+    def release(self, shares: NodeShares) -> None:
+        """Give back what `take` or `take_at` took for `shares`."""
+        whole = self.multi_node(sum(g for _, g in shares))
+        for name, g in shares:
+            i = self._index[name]
+            self._give(i, self._cap[i] if whole else g)
+
+    def take_within(self, gang: int, names: Collection[str]) -> NodeShares | None:
+        """`take` (rules 1 and 3) on the nodes named in `names` only; None when the gang does
+        not fit there."""
+        if self.multi_node(gang):
+            return self._take_whole(gang, names)
+        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
+            allowed = [i for i in self._by_free[f] if self.nodes[i].name in names]
+            if allowed:
+                i = min(allowed)
+                self._use(i, gang)
+                return ((self.nodes[i].name, gang),)
+        return None
+
+    def _take_whole(self, gang: int, names: Collection[str] | None = None) -> NodeShares | None:
+        """Whole free nodes for a multi-node gang (of `names` only, when given), the largest
+        first; None, and nothing taken, when they do not cover it."""
+        shares: list[tuple[str, int]] = []
+        left = gang
+        for i in sorted(self._whole, key=lambda i: (-self._cap[i], i)):
+            if left <= 0:
+                break
+            if names is not None and self.nodes[i].name not in names:
+                continue
+            shares.append((self.nodes[i].name, min(left, self._cap[i])))
+            left -= self._cap[i]
+        if left > 0:
+            return None
+        for name, _ in shares:
+            i = self._index[name]
+            self._use(i, self._cap[i])
+        return tuple(sorted(shares, key=lambda s: self._index[s[0]]))
+
+    def _use(self, i: int, gpus: int) -> None:
+        before = self._free[i]
+        if before == self._cap[i]:
+            self._whole.discard(i)
+            self._whole_gpus -= self._cap[i]
+        self._unfile(i, before)
+        self._free[i] = before - gpus
+        self._file(i, self._free[i])
+        self._free_total -= gpus
+
+    def _give(self, i: int, gpus: int) -> None:
+        before = self._free[i]
+        self._unfile(i, before)
+        self._free[i] = before + gpus
+        self._file(i, self._free[i])
+        self._free_total += gpus
+        if self._free[i] == self._cap[i]:
+            self._whole.add(i)
+            self._whole_gpus += self._cap[i]
+
+    def _file(self, i: int, free: int) -> None:
+        if not self._by_free[free]:
+            insort(self._levels, free)
+        self._by_free[free].add(i)
+
+    def _unfile(self, i: int, free: int) -> None:
+        self._by_free[free].discard(i)
+        if not self._by_free[free]:
+            del self._levels[bisect_left(self._levels, free)]
+
+
+def stay_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
+    """Rule 2's order, for gangs taken where they are: multi-node gangs first, then job id."""
+    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), j))
+
+
+def new_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
+    """Rule 3's order: multi-node gangs first, then largest first, then job id."""
+    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), -gangs[j], j))
