@@ -85,6 +85,12 @@ def test_switch_cost_is_usr1_to_the_successor_running():
     assert (s.job_id, s.exit_s, s.successor_s) == (1, 2.0, 3.5)
     assert release_latencies(releases, runs) == [1.0, 17.0]
     assert released_wait_gpu_seconds(releases, runs, {2: 4, 3: 2}) == 1.0 * 4 + 17.0 * 2
+    # job 3's release withdrawn by a hold at 34 s (the next round changed the plan), then
+    # released again at 49 s: one start latency of 1 s, and 1 s + 1 s of waiting
+    again = releases + [(49.0, 3)]
+    assert release_latencies(again, runs, holds=[(34.0, 3)]) == [1.0, 1.0]
+    assert released_wait_gpu_seconds(again, runs, {2: 4, 3: 2}, holds=[(34.0, 3)]) == \
+        1.0 * 4 + 1.0 * 2 + 1.0 * 2
 
 
 def test_a_stop_without_a_successor_has_no_switch_time():

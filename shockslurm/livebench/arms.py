@@ -181,9 +181,12 @@ def _all_done(submitted: set[int], expected: int, polls: Sequence[Poll]) -> tupl
     return finished and all(j in seen_running or j in last for j in submitted), failed
 
 
-def _daemon_events(db: Path, t0: float) -> tuple[list[tuple[float, int]],
-                                                  list[tuple[float, int]], int]:
-    """(USR1 signals, releases) as (seconds since t0, Slurm job id), and the rounds run."""
+Events = list[tuple[float, int]]     # (seconds since t0, Slurm job id)
+
+
+def _daemon_events(db: Path, t0: float) -> tuple[Events, Events, Events, int]:
+    """USR1 signals, releases and holds as (seconds since t0, Slurm job id), and the rounds
+    run."""
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
@@ -208,7 +211,8 @@ def _daemon_events(db: Path, t0: float) -> tuple[list[tuple[float, int]],
 
     signals = sorted((seconds(t), int(j)) for a, t, j in rows if a == "signal")
     releases = sorted((seconds(t), int(j)) for a, t, j in rows if a == "release")
-    return signals, releases, int(rounds)
+    holds = sorted((seconds(t), int(j)) for a, t, j in rows if a == "hold")
+    return signals, releases, holds, int(rounds)
 
 
 class DaemonProcess:
@@ -333,11 +337,11 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
 def _switch_numbers(db: Path, t0: float, polls: Sequence[Poll], round_s: float,
                     capacity: int) -> dict[str, object]:
     """The daemon arm's stops and starts: the store's intents against the poll timeline."""
-    signals, releases, rounds = _daemon_events(db, t0)
+    signals, releases, holds, rounds = _daemon_events(db, t0)
     runs = job_runs(polls)
     switches = switch_costs(signals, releases, runs, round_s)
     gpus = {job_id: s.gpus for p in polls for job_id, s in p.jobs.items()}
-    waited = released_wait_gpu_seconds(releases, runs, gpus)
+    waited = released_wait_gpu_seconds(releases, runs, gpus, holds)
     done = completion_times(polls)
     makespan = max(done.values()) if done else 0.0     # the arm's jobs arrive from t0 on
     return {"released_wait_gpu_s": round(waited, 1),
@@ -347,4 +351,4 @@ def _switch_numbers(db: Path, t0: float, polls: Sequence[Poll], round_s: float,
                                              if s.exit_s is not None]),
             "switch_usr1_to_successor_running_s": spread(
                 [s.successor_s for s in switches if s.successor_s is not None]),
-            "release_to_running_s": spread(release_latencies(releases, runs))}
+            "release_to_running_s": spread(release_latencies(releases, runs, holds))}

@@ -147,31 +147,42 @@ def switch_costs(signals: Iterable[tuple[float, int]], releases: Iterable[tuple[
 
 
 def release_latencies(releases: Iterable[tuple[float, int]],
-                      runs: Mapping[int, Sequence[Run]]) -> list[float]:
-    """Release -> RUNNING of each released job (Slurm's own start latency under the daemon)."""
-    return _released_with_waits(releases, runs)[1]
+                      runs: Mapping[int, Sequence[Run]],
+                      holds: Iterable[tuple[float, int]] = ()) -> list[float]:
+    """Release -> RUNNING of each released job (Slurm's own start latency under the daemon);
+    a release that a hold withdrew before the job ran (a later round changed the plan) is
+    not a start."""
+    return [wait for _, wait, started in _release_waits(releases, runs, holds) if started]
 
 
 def released_wait_gpu_seconds(releases: Iterable[tuple[float, int]],
                               runs: Mapping[int, Sequence[Run]],
-                              gpus: Mapping[int, int]) -> float:
+                              gpus: Mapping[int, int],
+                              holds: Iterable[tuple[float, int]] = ()) -> float:
     """GPU-seconds that released jobs held in reserve while not yet RUNNING: each release's
-    wait for its start times the job's GPUs (the GPUs the plan gave it sat idle meanwhile)."""
+    wait for its start (or for the hold that withdrew it) times the job's GPUs (the GPUs the
+    plan gave it sat idle meanwhile)."""
     gangs = dict(gpus)
-    return sum(wait * gangs.get(job_id, 0) for (_, job_id), wait in
-               zip(*_released_with_waits(releases, runs)))
+    return sum(wait * gangs.get(job_id, 0)
+               for job_id, wait, _ in _release_waits(releases, runs, holds))
 
 
-def _released_with_waits(releases: Iterable[tuple[float, int]],
-                         runs: Mapping[int, Sequence[Run]]
-                         ) -> tuple[list[tuple[float, int]], list[float]]:
-    kept, waits = [], []
+def _release_waits(releases: Iterable[tuple[float, int]], runs: Mapping[int, Sequence[Run]],
+                   holds: Iterable[tuple[float, int]]) -> list[tuple[int, float, bool]]:
+    """(job id, wait, whether it ended in a start) for each release followed by the job's
+    start or by a hold of it, whichever came first."""
+    held: dict[int, list[float]] = {}
+    for t_hold, job_id in holds:
+        held.setdefault(job_id, []).append(t_hold)
+    out = []
     for t_rel, job_id in releases:
-        starts = [r.start for r in runs.get(job_id, ()) if r.start >= t_rel]
-        if starts:
-            kept.append((t_rel, job_id))
-            waits.append(min(starts) - t_rel)
-    return kept, waits
+        start = min((r.start for r in runs.get(job_id, ()) if r.start >= t_rel), default=None)
+        hold = min((t for t in held.get(job_id, ()) if t >= t_rel), default=None)
+        if hold is not None and (start is None or hold < start):
+            out.append((job_id, hold - t_rel, False))
+        elif start is not None:
+            out.append((job_id, start - t_rel, True))
+    return out
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int | None]:
