@@ -245,6 +245,21 @@ def test_a_job_that_ignores_its_signal_is_requeued_at_the_grace_deadline():
     assert c.last_stats.grace_wait_s == 30.0
 
 
+def starts_at_hold(b: FakeBackend, started) -> None:
+    """Slurm starts `started` (the job as it then shows) just as `scontrol hold` goes out for
+    it: the hold succeeds (rc 0) and the job runs on, as on 22.05."""
+    original = b.run
+
+    def run(argv):
+        if argv[1] == "hold":
+            b.log.append(tuple(argv))
+            b._jobs = [started if j.job_id == started.job_id else j for j in b._jobs]
+            return CommandResult(tuple(argv), 0, "", "", 0.0)
+        return original(argv)
+
+    b.run = run
+
+
 def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_plan():
     """Job 1 was released last round and still waits; this round's plan runs job 2 instead.
     Slurm starts job 1 between the round's read and the hold; `scontrol hold` succeeds on a
@@ -254,17 +269,7 @@ def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_pla
     With the bounds, a job that has just started is kept: `test_live_nodes`."""
     released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=32)
     b = FakeBackend([released, job(2, gpus=32)])
-    original = b.run
-
-    def run(argv):
-        if argv[1] == "hold":
-            b.log.append(tuple(argv))
-            b._jobs = [replace(j, state=JobState.RUNNING, priority=0) if j.job_id == 1 else j
-                       for j in b._jobs]
-            return CommandResult(tuple(argv), 0, "", "", 0.0)
-        return original(argv)
-
-    b.run = run
+    starts_at_hold(b, replace(released, state=JobState.RUNNING, priority=0))
     c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None, churn=ChurnLimits(0, 0, 0, 0))
     c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
     assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"), ("scontrol", "requeuehold", "1"),

@@ -19,7 +19,7 @@ from shockslurm.slurm.gres import expand_hostlist, gpus_per_allocated_node
 from shockslurm.slurm.types import JobState, SlurmNode
 
 from .test_enact import job
-from .test_live import FakeBackend
+from .test_live import FakeBackend, starts_at_hold
 
 NODES = [f"gpu0{i}" for i in range(1, 5)]
 NO_CHURN = ChurnLimits(0, 0, 0, 0)
@@ -348,17 +348,7 @@ def test_a_job_started_before_its_hold_keeps_running_and_its_successor_waits():
     Reason=Resources); the next round plans with job 1 running."""
     released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=8)
     b = NodesBackend([released, job(2, gpus=8)])
-    original = b.run
-
-    def run(argv):
-        if argv[1] == "hold":
-            b.log.append(tuple(argv))
-            b._jobs = [replace(on(1, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=1000.5)
-                       if j.job_id == 1 else j for j in b._jobs]
-            return CommandResult(tuple(argv), 0, "", "", 0.0)
-        return original(argv)
-
-    b.run = run
+    starts_at_hold(b, replace(on(1, "gpu01", "gpu:8(IDX:0-7)", gpus=8), start_time=1000.5))
     c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None, round_s=120)
     snap = c.observe(1000.0)
     plan = place_plan(RoundPlan(frozenset({2})), snap)

@@ -9,13 +9,12 @@ from dataclasses import replace
 from typing import Callable, Collection, Mapping, Sequence
 
 from ..churn_rules import idle_stops
-from ..model import RoundPlan, Snapshot
+from ..model import NodeShares, RoundPlan, Snapshot
 from ..placement import moved_jobs
 from ..plan_on_nodes import free_after, place_around
 from ..slurm.types import JobState, SlurmJob
 from . import enact as en
 from .journaling import EnactStats
-from .layout import Layout
 
 log = logging.getLogger("shockslurm.live.cluster")
 
@@ -40,15 +39,18 @@ def place_around_kept(plan: RoundPlan, snapshot: Snapshot, kept: Collection[int]
 
 
 def fit_nodes(plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
-              moved: set[int], stats: EnactStats) -> RoundPlan:
+              moved: set[int], stats: EnactStats,
+              unseen: Mapping[int, NodeShares] | None = None) -> RoundPlan:
     """The plan without the starts whose planned nodes lack GPUs once the jobs that keep
     running are counted (`enact.fit_on_nodes`): planned running jobs that are not moved,
-    and running jobs the churn bounds or a failed signal keep (they are in `plan.run`)."""
+    running jobs the churn bounds or a failed signal keep (they are in `plan.run`), and
+    `unseen`: jobs the snapshot did not see running that hold GPUs now (where)."""
     if not snapshot.nodes or not plan.placement:
         return plan
     by_id = {j.job_id: j for j in ours}
     holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
-    free = Layout(snapshot.nodes, snapshot.placements, snapshot.reserved).free(holding)
+    free = free_after(snapshot.nodes, snapshot.reserved,
+                      {**{j: snapshot.placements[j] for j in holding}, **(unseen or {})})
     starts = sorted((j for j in plan.run if j in by_id and j not in holding),
                     key=lambda j: (by_id[j].submit_time, j))
     dropped = en.fit_on_nodes(starts, plan.placement, free)

@@ -29,7 +29,6 @@ from .idle import SwitchClock
 from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .node_steps import fit_nodes, keep_idle_stops, place_around_kept
 from .specs import LiveSpec
-from ..plan_on_nodes import fit_on_nodes, free_after
 from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
 from ..slurm.types import SlurmJob
 
@@ -233,7 +232,7 @@ class EnactPhases(SlurmActions):
             result = self._run(step, stats)
             if step.action == "hold":
                 self._escaped_holds(self._started_before_hold(step.job_ids), prep, sig,
-                                    snapshot)
+                                    snapshot, stats)
             if step.action != "signal":
                 continue
             if not result.ok:
@@ -247,12 +246,12 @@ class EnactPhases(SlurmActions):
         return sig
 
     def _escaped_holds(self, jobs: Sequence[SlurmJob], prep: Prepared, sig: Signalled,
-                       snapshot: Snapshot) -> None:
+                       snapshot: Snapshot, stats: EnactStats) -> None:
         """Held jobs that Slurm had started first run outside the plan. The churn bounds decide
         as for any running job the plan stops: one they keep (a job that has just started is
         younger than the minimum run) keeps running, and the starts planned onto its GPUs wait
-        for a later round (released, they would wait in Reason=Resources); the others are
-        requeueheld with the round's stops (`sig.escaped`)."""
+        for a later round (`fit_nodes`; released, they would wait in Reason=Resources); the
+        others are requeueheld with the round's stops (`sig.escaped`)."""
         if not jobs:
             return
         histories = self.guard.histories(jobs)
@@ -260,22 +259,14 @@ class EnactPhases(SlurmActions):
                 if en.keep_reason(j, histories[j.job_id], self.churn, snapshot.now) is not None
                 and (shares := gpus_per_allocated_node(j)) is not None}
         sig.escaped = {j.job_id for j in jobs} - set(kept)
-        dropped: tuple[int, ...] = ()
-        if kept and snapshot.nodes:
-            holding = {j for j in sig.plan.run if j in snapshot.placements
-                       and j not in prep.moved}
-            free = free_after(snapshot.cluster_nodes, snapshot.reserved,
-                              {**{j: snapshot.placements[j] for j in holding}, **kept})
-            by_id = {j.job_id: j for j in prep.ours}
-            starts = sorted(sig.starts.start, key=lambda j: (by_id[j].submit_time, j)
-                            if j in by_id else (0.0, j))
-            dropped = fit_on_nodes(starts, sig.plan.placement, free)
-            sig.starts = sig.starts.without_starts(dropped)
-        log.info("jobs %s started before their hold: %s", sorted(j.job_id for j in jobs),
-                 "; ".join(part for part in (
-                     f"kept running (churn bounds), not starting {list(dropped)}" if kept
-                     else "", f"requeuehold {sorted(sig.escaped)}" if sig.escaped else "")
-                     if part))
+        if kept:
+            log.info("jobs %s started before their hold: kept running (churn bounds)",
+                     sorted(kept))
+            plan = fit_nodes(sig.plan, snapshot, prep.ours, prep.moved, stats, unseen=kept)
+            sig.starts = sig.starts.without_starts(set(sig.plan.run) - set(plan.run))
+            sig.plan = plan
+        if sig.escaped:
+            log.info("jobs %s started before their hold: requeuehold", sorted(sig.escaped))
 
     def _bound_unsignalled(self, prep: Prepared, sig: Signalled, snapshot: Snapshot,
                            stats: EnactStats) -> None:
@@ -284,10 +275,10 @@ class EnactPhases(SlurmActions):
         next round decides again, with a fresh signal if they still run."""
         unsignalled = sig.unsignalled
         log.info("jobs %s could not be signalled; not requeued this round", sorted(unsignalled))
-        run, dropped = en.bound_plan(prep.plan.run, prep.ours, unsignalled, self.gpus)
-        plan = RoundPlan(run=run, info={**prep.plan.info, "unsignalled": sorted(unsignalled),
+        run, dropped = en.bound_plan(sig.plan.run, prep.ours, unsignalled, self.gpus)
+        plan = RoundPlan(run=run, info={**sig.plan.info, "unsignalled": sorted(unsignalled),
                                         "unsignalled_dropped": list(dropped)},
-                         placement=prep.plan.placement)
+                         placement=sig.plan.placement)
         moved = prep.moved - unsignalled
         sig.plan = fit_nodes(plan, snapshot, prep.ours, moved, stats)
         sig.starts = en.diff(sig.plan, prep.ours, pins=prep.pins, moved=moved)
