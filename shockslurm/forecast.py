@@ -6,8 +6,13 @@ persistent calibration factor). Units: seconds and epochs.
 
 Behaviour (see shared/design/SHOCKWAVE.md, "The predictor"):
 
-- Profiled epoch durations are rounded to whole seconds with a floor of 1 s, then multiplied by
-  the job's calibration factor (1 until calibration fires).
+- Profiled epoch durations are taken as declared (at least `MIN_EPOCH_S`, as every duration
+  divides), then multiplied by the job's calibration factor (1 until calibration fires). The
+  reference keeps them in whole seconds, at least 1 s; that made every epoch of a job whose
+  epochs last about a second (the reference-like workloads' Recommendation jobs: 1.15 s, forecast
+  1 s) or a few seconds (a time-scaled live workload) up to a third shorter or longer than
+  declared, and a job's forecast as wrong. Exact durations: `docs/shockwave.md`, "Exact epoch
+  durations".
 - Observations: the batch size of every completed epoch (`observed_batch_sizes`) plus the current
   batch size for the epoch in progress, i.e. `e + 1` observations for `e = floor(epochs_done)`.
   (The reference reads these from the profile; we use what the job actually did.)
@@ -46,18 +51,19 @@ from .model import JobView, runs_of
 
 CALIBRATION_TOLERANCE = 0.4
 FINISHED_FORECAST_S = 1.0
+MIN_EPOCH_S = 1e-3     # a profiled epoch shorter than this counts as this long
 
 
 @dataclass
 class ProfileSummary:
     """Per-job constants derived once from the profile, kept per run of equal (batch size,
-    rounded duration) epochs, so their size is the number of runs, not of epochs (a live job's
+    duration) epochs, so their size is the number of runs, not of epochs (a live job's
     profile is one run however many epochs it declares)."""
 
     ends: np.ndarray             # ends[k]: epochs up to the end of run k
-    cum: np.ndarray              # cum[k]: rounded seconds up to the end of run k
-    durations: np.ndarray        # durations[k]: rounded seconds of each epoch of run k
-    by_bs: dict[int, tuple[float, int]]   # batch size -> (sum of rounded durations, epochs)
+    cum: np.ndarray              # cum[k]: profiled seconds up to the end of run k
+    durations: np.ndarray        # durations[k]: profiled seconds of each epoch of run k
+    by_bs: dict[int, tuple[float, int]]   # batch size -> (sum of durations, epochs)
 
     @classmethod
     def of(cls, view: JobView) -> "ProfileSummary":
@@ -72,7 +78,7 @@ class ProfileSummary:
         return cls(np.cumsum(counts), np.cumsum(durations * counts), durations, by)
 
     def prefix_s(self, epochs: int) -> float:
-        """Rounded profiled seconds of the first `epochs` epochs (0 <= epochs <= E)."""
+        """Profiled seconds of the first `epochs` epochs (0 <= epochs <= E)."""
         if epochs <= 0 or len(self.ends) == 0:
             return 0.0
         k = int(np.searchsorted(self.ends, epochs, side="left"))
@@ -82,7 +88,7 @@ class ProfileSummary:
         return before_s + (epochs - before_e) * float(self.durations[k])
 
     def epochs_in(self, seconds: float) -> float:
-        """Epochs the rounded profile completes in `seconds` of exclusive running from epoch
+        """Epochs the profile completes in `seconds` of exclusive running from epoch
         0, past its end at the last epoch's duration (the profile must not be empty)."""
         k = int(np.searchsorted(self.cum, seconds, side="right"))
         if k >= len(self.cum):
@@ -94,7 +100,7 @@ class ProfileSummary:
 
 def _joint_runs(bs_runs: Sequence[tuple[int, int]], d_runs: Sequence[tuple[float, int]]
                 ) -> list[tuple[int, float, int]]:
-    """Runs (batch size, rounded duration, epochs) of two run-length sequences of equal length
+    """Runs (batch size, duration, epochs) of two run-length sequences of equal length
     (the profile's batch sizes and durations)."""
     out: list[tuple[int, float, int]] = []
     i = j = 0
@@ -102,7 +108,7 @@ def _joint_runs(bs_runs: Sequence[tuple[int, int]], d_runs: Sequence[tuple[float
     left_d = d_runs[0][1] if d_runs else 0
     while i < len(bs_runs) and j < len(d_runs):
         n = min(left_b, left_d)
-        b, d = int(bs_runs[i][0]), float(max(1, round(d_runs[j][0])))
+        b, d = int(bs_runs[i][0]), epoch_duration(d_runs[j][0])
         if out and out[-1][0] == b and out[-1][1] == d:
             out[-1] = (b, d, out[-1][2] + n)
         else:
@@ -150,14 +156,9 @@ class ForecastState:
 
 
 # ---------------------------------------------------------------------------------- durations
-def rounded_durations(durations: Sequence[float]) -> list[float]:
-    """Profiled durations as the reference keeps them: whole seconds, at least 1 s."""
-    return [float(max(1, round(d))) for d in durations]
-
-
-def calibrated_durations(view: JobView, state: ForecastState | None = None) -> list[float]:
-    f = state.calibration if state is not None else 1.0
-    return [d * f for d in rounded_durations(view.profile_epoch_durations)]
+def epoch_duration(declared: float) -> float:
+    """A profiled epoch's duration as the forecast uses it: as declared, at least `MIN_EPOCH_S`."""
+    return max(float(declared), MIN_EPOCH_S)
 
 
 def epochs_completed(view: JobView) -> int:

@@ -10,10 +10,11 @@ import math
 import tracemalloc
 from dataclasses import astuple, replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shockslurm.forecast import ForecastState, ProfileSummary, forecast
+from shockslurm.forecast import ForecastState, ProfileSummary, epoch_duration, forecast
 from shockslurm.limits import MAX_EPOCHS
 from shockslurm.model import JobView, RunLength, runs_of
 from shockslurm.policies import make_policy
@@ -88,9 +89,9 @@ def test_forecast_on_run_length_profiles_equals_the_tuple_forecast(profile, done
                     done, run_time)
     # the per-run summary against the per-epoch definition
     summary = ProfileSummary.of(compact)
-    rounded = [float(max(1, round(d))) for d in durs]
+    exact = [epoch_duration(d) for d in durs]
     for i in range(len(durs) + 1):
-        assert summary.prefix_s(i) == sum(rounded[:i])
+        assert summary.prefix_s(i) == pytest.approx(math.fsum(exact[:i]), rel=1e-12, abs=1e-9)
     a, b = astuple(forecast(flat, ForecastState(1))), astuple(forecast(compact, ForecastState(1)))
     assert all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a, b)), (a, b)
 

@@ -8,8 +8,8 @@ import pytest
 
 from shockslurm.forecast import (ForecastState, calibrate, dirichlet_remaining_time,
                                  duration_by_batch_size, epochs_completed, forecast,
-                                 mean_epoch_duration, observations, profiled_epochs_in,
-                                 rounded_durations)
+                                 epoch_duration, mean_epoch_duration, observations,
+                                 profiled_epochs_in)
 from shockslurm.model import JobView
 
 
@@ -58,11 +58,26 @@ def test_single_batch_size_is_exact():
     assert r == pytest.approx(6 * 7.0)
 
 
-def test_dbar_and_rounding():
-    durs = rounded_durations([0.2, 10.4, 11.6, 30.0])
-    assert durs == [1.0, 10.0, 12.0, 30.0]
+def test_dbar():
+    durs = [1.0, 10.0, 12.0, 30.0]
     assert mean_epoch_duration(durs, 1) == pytest.approx(5.5)
     assert mean_epoch_duration(durs, 9) == pytest.approx(53 / 4)   # clipped to the job
+
+
+def test_profiled_durations_are_exact():
+    # epochs of 1.15 s (the reference keeps whole seconds: 1 s, a forecast 13 % short)
+    bss = [4096] * 100
+    f = forecast(view(bss, [1.15] * 100, done=10.5, run_time=12.075), ForecastState(1))
+    assert f.remaining_s == pytest.approx(89 * 1.15)
+    assert f.mean_epoch_s == pytest.approx(1.15)
+    assert f.elapsed_profile_s == pytest.approx(10 * 1.15)
+    # sub-second epochs too (whole seconds made 0.2 s a 1 s epoch)
+    f = forecast(view([64] * 10, [0.2] * 10, done=2.5, run_time=0.5), ForecastState(1))
+    assert f.remaining_s == pytest.approx(7 * 0.2)
+    # a zero duration neither divides by zero nor forecasts nothing
+    assert epoch_duration(0.0) > 0
+    f = forecast(view([64] * 4, [0.0] * 4, done=1.0, run_time=1.0, ips=100.0), ForecastState(1))
+    assert math.isfinite(f.remaining_s) and f.remaining_s > 0
 
 
 def test_forecast_end_to_end():
