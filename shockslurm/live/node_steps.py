@@ -44,7 +44,8 @@ def fit_nodes(plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
     """The plan without the starts whose planned nodes lack GPUs once the jobs that keep
     running are counted (`enact.fit_on_nodes`): planned running jobs that are not moved,
     running jobs the churn bounds or a failed signal keep (they are in `plan.run`), and
-    `unseen`: jobs the snapshot did not see running that hold GPUs now (where)."""
+    `unseen`: the shares (job id -> GPUs per node) of jobs that hold GPUs now although the
+    snapshot did not see them running."""
     if not snapshot.nodes or not plan.placement:
         return plan
     by_id = {j.job_id: j for j in ours}
