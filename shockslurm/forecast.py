@@ -22,7 +22,7 @@ Behaviour (see shared/design/SHOCKWAVE.md, "The predictor"):
   `Ehat_b >= 1`, `R = sum_b Ehat_b * d_b * (E - e) / max(E - e, floor(sum_b Ehat_b + 1))` with
   `d_b` the mean (calibrated) profiled duration of the epochs at b. A finished job forecasts 1 s.
   Like the reference, the forecast covers the epochs *after* the one in progress.
-- `mean_epoch_duration` (dbar): mean of the calibrated profile durations of epochs `0..e`
+- `Forecast.mean_epoch_s` (dbar): mean of the calibrated profile durations of epochs `0..e`
   (the epoch in progress included).
 - Calibration: the job's own history since its arrival. In `run_time_s` seconds of exclusive
   running the profile says it would have completed `prof` epochs (walking the profiled durations
@@ -164,23 +164,6 @@ def epoch_duration(declared: float) -> float:
 def epochs_completed(view: JobView) -> int:
     """The reference's `epoch_progress`: whole epochs done."""
     return min(int(math.floor(view.epochs_done + 1e-9)), view.num_epochs)
-
-
-def mean_epoch_duration(durations: Sequence[float], e: int) -> float:
-    """dbar: mean duration of epochs 0..e (the one in progress included), clipped to the job."""
-    upto = min(e, len(durations) - 1) + 1
-    return sum(durations[:upto]) / upto
-
-
-def profiled_epochs_in(durations: Sequence[float], seconds: float) -> float:
-    """Epochs the profile completes in `seconds` of exclusive running from epoch 0."""
-    acc = 0.0
-    for i, d in enumerate(durations):
-        if acc + d > seconds:
-            return i + (seconds - acc) / d
-        acc += d
-    last = durations[-1] if durations else 1.0
-    return len(durations) + (seconds - acc) / last
 
 
 def calibrate(state: ForecastState, view: JobView,

@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from shockslurm.forecast import (ForecastState, calibrate, dirichlet_remaining_time,
-                                 duration_by_batch_size, epochs_completed, forecast,
-                                 epoch_duration, mean_epoch_duration, observations,
-                                 profiled_epochs_in)
+from shockslurm.forecast import (ForecastState, ProfileSummary, calibrate,
+                                 dirichlet_remaining_time, duration_by_batch_size,
+                                 epochs_completed, forecast, epoch_duration, observations)
 from shockslurm.model import JobView
 
 
@@ -59,9 +58,12 @@ def test_single_batch_size_is_exact():
 
 
 def test_dbar():
-    durs = [1.0, 10.0, 12.0, 30.0]
-    assert mean_epoch_duration(durs, 1) == pytest.approx(5.5)
-    assert mean_epoch_duration(durs, 9) == pytest.approx(53 / 4)   # clipped to the job
+    # the mean profiled duration of epochs 0..e, the one in progress included
+    bss, durs = [32] * 4, [1.0, 10.0, 12.0, 30.0]
+    assert forecast(view(bss, durs, done=1.5, run_time=6.0), ForecastState(1)).mean_epoch_s \
+        == pytest.approx(5.5)
+    assert forecast(view(bss, durs, done=3.5, run_time=38.0), ForecastState(1)).mean_epoch_s \
+        == pytest.approx(53 / 4)
 
 
 def test_profiled_durations_are_exact():
@@ -96,8 +98,10 @@ def test_forecast_end_to_end():
 
 
 def test_profiled_epochs_in():
-    assert profiled_epochs_in([10.0, 20.0], 20.0) == pytest.approx(1.5)
-    assert profiled_epochs_in([10.0, 20.0], 50.0) == pytest.approx(2 + 20 / 20)
+    summary = ProfileSummary.of(view([32, 64], [10.0, 20.0]))
+    assert summary.epochs_in(20.0) == pytest.approx(1.5)
+    assert summary.epochs_in(50.0) == pytest.approx(2 + 20 / 20)   # past the end: last pace
+    assert summary.prefix_s(1) == pytest.approx(10.0)
 
 
 def test_calibration_fires_above_40_percent():
