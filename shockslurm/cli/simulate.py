@@ -15,11 +15,11 @@ from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_set
 from ..policies import PolicySettings, policy_names
 from ..sim.cluster import RESTART_OVERHEAD_S
 from ..sim.jobs import ADAPTATION_MODES
+from ..sim.reference_profiles import load_reference_trace
 from ..sim.run import SimConfig, SimResult, simulate
 from ..store import open_store
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
-from ..workload.reference import load_reference_workload
 from .db import DB_HELP, record_simulation
 from .options import json_option, plot_option, policy_list, policy_option_flag
 from .paths import write_output
@@ -54,7 +54,7 @@ def _load_workload(trace: Path | None, throughputs: Path | None, profiles: Path 
         return read_jobs(trace)
     if throughputs is None:
         raise click.UsageError("a reference (TSV) trace needs --throughputs FILE")
-    return load_reference_workload(trace, throughputs, profiles)
+    return load_reference_trace(trace, throughputs, profiles)
 
 
 def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
@@ -103,8 +103,8 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Reference throughput JSON (iterations/s per job type and gang size).")
 @click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Reference per-epoch profiles (JSON or .json.gz); without them the batch-size "
-                   "pattern follows our documented rules.")
+              help="Reference per-epoch profiles (JSON or .json.gz); without them each job's "
+                   "profile is what the reference's batch-size rules make of it alone.")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
               help=f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS[,...]",

@@ -10,7 +10,8 @@ import click
 from ..errors import ShockslurmError
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import write_jobs
-from ..workload.reference import load_reference_workload, read_throughputs, reference_jobs
+from ..sim.reference_profiles import load_reference_trace, with_reference_profiles
+from ..workload.reference import read_throughputs, reference_jobs
 from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
                                        generate_reference_like, write_reference_trace)
 from .paths import OutputFile
@@ -84,7 +85,8 @@ def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float |
         table = read_throughputs(throughputs)
     drawn = generate_reference_like(config, table)
     if is_jsonl(out):
-        write_jobs(reference_jobs([d.line for d in drawn], table, str(out)), out)
+        write_jobs(with_reference_profiles(reference_jobs([d.line for d in drawn], table,
+                                                          str(out))), out)
         hint = f"--trace {out} --adaptation reference"
     else:
         write_reference_trace(drawn, out)
@@ -102,7 +104,7 @@ def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float |
 def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Path) -> None:
     """Convert a reference TSV trace (+ throughputs, profiles) to our JSONL format."""
     try:
-        specs = load_reference_workload(trace, throughputs, profiles)
+        specs = load_reference_trace(trace, throughputs, profiles)
     except ShockslurmError as exc:
         raise click.ClickException(str(exc)) from None
     write_jobs(specs, out)

@@ -34,6 +34,7 @@ from ..policies import PolicySettings
 from ..workload.reference import Throughputs, reference_jobs
 from ..workload.reference_like import ReferenceLikeConfig, generate_reference_like
 from .bounds import makespan_bound
+from .reference_profiles import with_reference_profiles
 from .quality_summary import (REFERENCE, SUMMARY_METRICS, UNGATED, Row, frontier_points,
                               layout_cut, objective_drop, placement_loss, resolve_times)
 from .run import SimConfig, SimResult, simulate
@@ -112,7 +113,8 @@ def workload(jobs: int, gpus: int, seed: int, table: Throughputs) -> list[JobSpe
     gap_s = REFERENCE_INTERARRIVAL_S * REFERENCE_GPUS / gpus
     config = ReferenceLikeConfig(jobs=jobs, seed=seed, mean_interarrival_s=gap_s)
     drawn = generate_reference_like(config, table)
-    return reference_jobs([d.line for d in drawn], table, f"reference-like {jobs} jobs seed {seed}")
+    return with_reference_profiles(reference_jobs([d.line for d in drawn], table,
+                                                  f"reference-like {jobs} jobs seed {seed}"))
 
 
 def sim_config(case: Case) -> SimConfig:

@@ -4,7 +4,9 @@ Trace: one job per line, 12 TAB-separated fields, no header (see `FIELDS`). Thro
 `{gpu_type: {"('<job_type>', <gang>)": {"null": iterations/s, ...}}}`; only the isolated
 ("null") figure of one GPU type is used. Profiles (optional, JSON or gzipped JSON): a list indexed
 by trace line with each job's per-epoch batch size and duration. Without profiles the epoch count
-is derived as the reference does and the batch-size pattern comes from `adaptation`.
+is derived as the reference does and the batch-size pattern comes from `adaptation`; the
+simulator's `sim.reference_profiles.load_reference_trace` replaces it with what the reference's
+rules make of each job alone, as the reference's own profiles are.
 
 Every problem is reported as an `InputError` naming file, line and field, before anything runs.
 """

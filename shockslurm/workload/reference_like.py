@@ -34,7 +34,8 @@ Each field draws from its own random stream seeded from `seed`, so one seed alwa
 same workload. The result is a list of `DrawnJob`s (a `TraceLine` and its duration): written as
 a reference TSV trace (simulate it with the same `--throughputs` file: the `reference`
 adaptation mode applies) or turned into job specs for our JSONL format
-(`reference.reference_jobs`).
+(`reference.reference_jobs`, then each job's profile from the reference's rules alone:
+`sim.reference_profiles`, as for a TSV trace without a profile file).
 """
 
 from __future__ import annotations
