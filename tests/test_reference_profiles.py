@@ -60,6 +60,11 @@ def test_static_and_frozen_jobs_keep_their_batch_size() -> None:
     assert solo_schedule(frozen) == (256,) * 6
 
 
+def test_a_job_slower_than_one_iteration_per_round_ends_the_walk() -> None:
+    slow = make_spec(epochs=3, bs=32, samples=64, mode="gns", throughput={32: 1e-4, 64: 1e-4})
+    assert solo_schedule(slow) == (32, 32, 32)
+
+
 def test_the_safety_net_does_not_cut_the_run_short() -> None:
     # a profile far too short would end the run at 1.5x of it; the walk runs to the end
     spec = make_spec(**ACCORDION)

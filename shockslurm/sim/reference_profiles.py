@@ -30,7 +30,8 @@ REFERENCE_ROUND_S = 120.0     # the reference simulator's round
 def solo_schedule(spec: JobSpec, round_s: float = REFERENCE_ROUND_S) -> tuple[int, ...]:
     """The batch size of each of `spec`'s epochs when it runs alone, every round of `round_s`,
     under the reference's rules (without the reference's 1.5x run-time safety net, which is
-    measured against the profile this computes)."""
+    measured against the profile this computes). A job too slow to finish one iteration in a
+    round keeps the batch size it has for its remaining epochs."""
     job = SimJob(spec, adaptation="reference", safety_net=False)
     epochs: list[int] = []
     clock = 0.0
@@ -38,6 +39,8 @@ def solo_schedule(spec: JobSpec, round_s: float = REFERENCE_ROUND_S) -> tuple[in
         before = job.batch_size
         seen = len(job.observed_batch_sizes)
         run = job.plan_run(round_s)
+        if sum(n for _, n in run.segments) <= 0:    # not one iteration in a round: no pace
+            break
         clock += round_s
         job.record_run(run, run.seconds, clock)
         epochs.extend(job.observed_batch_sizes[seen:])
