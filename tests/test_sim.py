@@ -375,3 +375,9 @@ def test_live_like_rounds_bound_a_move_like_a_stop(a_since: float) -> None:
         assert cluster._where[0] == ((n1, 1),) and cluster._where[2] == ((n0, 2),)
     else:
         assert {d.job_id for d in cluster._running} == {0, 1}
+
+
+def test_a_job_slower_than_one_iteration_per_round_is_refused_not_simulated_forever() -> None:
+    slow = make_spec(epochs=3, bs=32, samples=64, throughput={32: 1e-4})
+    with pytest.raises(ValueError, match=r"job 0: 0.0001 iterations/s at batch size 32"):
+        simulate([slow], "fifo", SimConfig(gpus=1))

@@ -107,6 +107,17 @@ class _Recorder:
             self._progress(sum(j.done for j in jobs) / len(jobs))
 
 
+def _check_pace(jobs: Sequence[JobSpec], round_s: float) -> None:
+    """A job that cannot finish one iteration in a round at some batch size would never end
+    (the simulator counts whole iterations): refuse the workload, naming the job."""
+    for job in jobs:
+        for batch_size, rate in sorted(job.throughput.items()):
+            if rate * round_s < 1:
+                raise ValueError(f"job {job.job_id}: {rate:g} iterations/s at batch size "
+                                 f"{batch_size} is less than one iteration in a {round_s:g} s "
+                                 "round; it would never finish")
+
+
 def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
              progress: Callable[[float], None] | None = None,
              policy_options: Mapping[str, Any] | None = None) -> SimResult:
@@ -114,6 +125,7 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
     `policy_options` are the policy's keyword arguments (e.g. ShockwaveConfig fields)."""
     if not jobs:
         raise ValueError("the workload has no jobs")
+    _check_pace(jobs, config.round_s)
     t0 = time.perf_counter()
     cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
                                restart_overhead_s=config.restart_overhead_s,
