@@ -6,11 +6,15 @@ daemon's view of the job (the forecaster's input) carries the reported batch siz
 batch sizes and measured throughput.
 
 How the daemon is made to preempt it: the daemon runs in-process (`job_filter`: only this test's
-jobs) with `gandiva_fair` (time slicing, re-solved at once), 6 s rounds and a 3 s grace; a rival
+jobs) with `gandiva_fair` (time slicing, re-solved at once), 10 s rounds and a 3 s grace; a rival
 managed job asks for the whole cluster (all nodes x all GPUs), so the two can never run together
 and the policy alternates them. The rival is `worker.py` (no torch) and is cancelled at the end.
 The trainer sleeps 100 ms a step so that its 240 steps (~25 s) span several rounds; the uninterrupted
-reference run does not sleep (sleeping changes no number).
+reference run does not sleep (sleeping changes no number). Each run of the trainer first spends
+seconds starting (srun, Python, torch: about 4 s on the 2-core CI machine); with 6 s rounds a run
+had about 10 steps left, and on a slower machine the trainer needed more than the timeout
+(2026-11-27: 122 of 240 steps in 200 s, on the commit that had passed CI before). With 10 s
+rounds a run has at least ~5 s of steps: two stops or more either way, and room to end.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 EPOCHS = 8                 # SCHEDULE 32, 32, 64, 128, ...: 64 + 64 + 32 + 5 x 16 = 240 steps
 STEP_SLEEP_S = 0.1         # ~25 s of steps (at 0.08 s a CI run once got only one stop)
 EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
-TIMEOUT_S = 200
+TIMEOUT_S = 300
 RUN_RE = re.compile(r"^shocksub: job (\d+) run (\d+) on ")
 
 
@@ -118,7 +122,7 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
         rival_id = int(rival.stdout.strip().split(";")[0])
         ours.add(rival_id)
 
-        cfg = parse_config({"daemon": {"round_seconds": 6, "grace_seconds": 3,
+        cfg = parse_config({"daemon": {"round_seconds": 10, "grace_seconds": 3,
                                        "policy": "gandiva_fair", "partitions": ["gpu"],
                                        "db": db, "stop_timeout_seconds": 20,
                                        "spool_dir": str(spool),
@@ -128,7 +132,7 @@ def test_preempted_twice_resumes_bit_identical_with_reports_in_the_store(tmp_pat
                                        # bounds stay on, and the trainer's good checkpoints
                                        # must keep it preemptible), and a finish window of
                                        # half a round (two rounds would keep it to its end)
-                                       "min_run_seconds": 0, "finish_window_seconds": 3},
+                                       "min_run_seconds": 0, "finish_window_seconds": 5},
                             "policy": {"min_resolve_interval_s": 0, "idle_unallocated": False}})
         engine = open_store(db, create=True)
         lines: list[str] = []
