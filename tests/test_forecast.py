@@ -150,3 +150,31 @@ def test_observed_batch_size_outside_profile_does_not_crash():
     v = view(bss, [10.0] * 4, done=2.2, bs=64, observed=[32, 64], ips=5.0, ipe=10_000 // 64)
     f = forecast(v, ForecastState(1))
     assert f.remaining_s > 0 and math.isfinite(f.remaining_s)
+
+
+def test_profile_that_only_rises():
+    assert ProfileSummary.of(view([32, 32, 64, 128], [1.0] * 4)).rises_only
+    assert not ProfileSummary.of(view([32, 64, 64, 32], [1.0] * 4)).rises_only   # comes back
+    assert not ProfileSummary.of(view([64] * 4, [1.0] * 4)).rises_only           # static
+
+
+def test_rising_profile_forecasts_over_the_sizes_ahead():
+    # a GNS-like job at its last batch size: the smaller, faster sizes it left behind are not
+    # in its forecast (the reference's would expect epochs at 32 too and come out shorter)
+    bss, durs = [32, 32, 64, 64, 64, 64], [5.0, 5.0, 20.0, 20.0, 20.0, 20.0]
+    f = forecast(view(bss, durs, done=3.5, run_time=35.0), ForecastState(1))
+    assert f.remaining_s == pytest.approx(dirichlet_remaining_time(6, 3, {64: 2}, {64: 20.0}))
+    reference = dirichlet_remaining_time(6, 3, {32: 2, 64: 2}, {32: 5.0, 64: 20.0})
+    assert f.remaining_s > reference
+    # still at the first size: every size of the profile is ahead, as before
+    f0 = forecast(view(bss, durs, done=1.5, run_time=7.5), ForecastState(1))
+    assert f0.remaining_s == pytest.approx(
+        dirichlet_remaining_time(6, 1, {32: 2}, {32: 5.0, 64: 20.0}))
+
+
+def test_profile_that_comes_back_keeps_every_size():
+    # an Accordion-like job that returns to its small batch: the sizes behind it stay
+    bss, durs = [32, 64, 64, 64, 32, 32], [5.0, 20.0, 20.0, 20.0, 5.0, 5.0]
+    f = forecast(view(bss, durs, done=3.5, run_time=50.0), ForecastState(1))
+    assert f.remaining_s == pytest.approx(
+        dirichlet_remaining_time(6, 3, {32: 1, 64: 3}, {32: 5.0, 64: 20.0}))
