@@ -9,7 +9,6 @@ import json
 import logging
 import time
 from dataclasses import replace
-from datetime import timezone
 
 import pytest
 from sqlalchemy import select
@@ -20,7 +19,7 @@ from shockslurm.model import RoundPlan
 from shockslurm.ops.metrics import DaemonMetrics
 from shockslurm.slurm.types import CommandResult, JobState, SlurmError
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, Job, JobEvent
+from shockslurm.store.models import EnactmentIntent, Job, JobEvent, stamp_seconds
 
 from .test_enact import job
 from .test_live import FakeBackend
@@ -128,7 +127,7 @@ def _signal_stamp(engine) -> float:
                          .where(EnactmentIntent.action == "signal")
                          .order_by(EnactmentIntent.id)).first()
     assert when is not None
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return stamp_seconds(when)
 
 
 # ------------------------------------------------------------------ a stop cut short

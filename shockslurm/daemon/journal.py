@@ -23,6 +23,7 @@ from ..live import enact as en
 from ..live.journaling import JournalUnavailable, LiveJob
 from ..live.specs import epoch_seconds
 from ..slurm.types import CommandResult, JobState, SlurmJob
+from ..store.models import stamp_seconds
 
 log = logging.getLogger("shockslurm.daemon")
 
@@ -218,7 +219,7 @@ class StoreJournal:
             for job_id, submit_s, intent in self._live_rows(s, wanted):
                 if submit_s != wanted.get(job_id):
                     continue
-                t = _ts(intent.created_at)
+                t = stamp_seconds(intent.created_at)
                 if intent.action == "signal":
                     rc = intent.return_code
                     failed = rc not in (None, 0, RC_UNKNOWN) and (
@@ -265,7 +266,7 @@ class StoreJournal:
                        r.Run.id != self.run_id, r.EnactmentIntent.return_code.is_(None)))
             for job, intent in open_rows:
                 sj = by_key.get((job.job_id, job.submit_s))
-                done, state = _intent_done(intent.action, sj, _ts(intent.created_at))
+                done, state = _intent_done(intent.action, sj, stamp_seconds(intent.created_at))
                 rc = 0 if done else RC_UNKNOWN
                 r.finish_enactment_intent(
                     s, intent, return_code=rc,
@@ -287,14 +288,6 @@ class StoreJournal:
                 r.add_job_event(s, job, time_s=now, kind=kind, detail=json.dumps(detail))
                 counts[kind] += 1
         return counts
-
-
-def _ts(created: Any) -> float:
-    from datetime import timezone
-
-    if created.tzinfo is None:          # SQLite hands back naive UTC
-        created = created.replace(tzinfo=timezone.utc)
-    return created.timestamp()
 
 
 def _intent_done(action: str, job: SlurmJob | None, at: float) -> tuple[bool, str]:

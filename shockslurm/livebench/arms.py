@@ -27,7 +27,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -191,7 +190,7 @@ def _daemon_events(db: Path, t0: float) -> tuple[Events, Events, Events, int]:
     from sqlalchemy.orm import Session
 
     from ..store.database import open_store
-    from ..store.models import EnactmentIntent, Job, Round
+    from ..store.models import EnactmentIntent, Job, Round, stamp_seconds
 
     engine = open_store(str(db))
     try:
@@ -206,8 +205,7 @@ def _daemon_events(db: Path, t0: float) -> tuple[Events, Events, Events, int]:
         engine.dispose()
 
     def seconds(when) -> float:
-        aware = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-        return aware.timestamp() - t0
+        return stamp_seconds(when) - t0
 
     signals = sorted((seconds(t), int(j)) for a, t, j in rows if a == "signal")
     releases = sorted((seconds(t), int(j)) for a, t, j in rows if a == "release")

@@ -14,7 +14,7 @@ The generated DDL is frozen in `sql/schema-*.sql` (checked by tests) and built b
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
@@ -35,6 +35,12 @@ class Base(DeclarativeBase):
     """Declarative base whose metadata carries the naming convention."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def stamp_seconds(when: datetime) -> float:
+    """Unix seconds of a stored `DateTime(timezone=True)` stamp (SQLite hands them back naive:
+    they are UTC)."""
+    return (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 class Run(Base):

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ..model import JobSpec
 from .models import (BatchSizeChange, Checkpoint, EnactmentIntent, Job, JobEvent, PlanEntry,
-                     Round, Run, ThroughputSample)
+                     Round, Run, ThroughputSample, stamp_seconds)
 
 if TYPE_CHECKING:
     from ..slurm.types import SlurmJob
@@ -277,7 +277,5 @@ def stop_history(session: Session, cluster: str, wanted: Mapping[int, float], *,
     for job_id, submit_s, action, created in rows:
         if submit_s != wanted.get(job_id):
             continue
-        if created.tzinfo is None:          # SQLite hands back naive UTC
-            created = created.replace(tzinfo=timezone.utc)
-        out.setdefault(job_id, {}).setdefault(action, []).append(created.timestamp())
+        out.setdefault(job_id, {}).setdefault(action, []).append(stamp_seconds(created))
     return out
