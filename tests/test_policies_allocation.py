@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import cvxpy as cp
 import numpy as np
@@ -305,8 +304,11 @@ def test_themis_gives_the_long_waiting_job_more():
 
 # ------------------------------------------------------------------------------------ speed
 
-def test_mtd_is_fast_enough_for_a_whole_simulation():
+def test_mtd_bisection_takes_few_solves():
+    """The bisection's solve count, not a wall-clock limit (timed unit tests fail on a loaded
+    machine): 6 ECOS solves here, about 0.04 s on the development machine."""
     jobs = mixed_jobs(110, seed=1)
-    start = time.perf_counter()
-    MinTotalDuration().fractions(jobs, G, NOW)
-    assert time.perf_counter() - start < 2.0   # ~30 calls per run must stay well under 15 s
+    policy = MinTotalDuration()
+    x = policy.fractions(jobs, G, NOW)
+    assert x and policy.last_horizon_s is not None
+    assert 1 <= policy.last_num_solves <= 20, policy.last_num_solves

@@ -81,7 +81,7 @@ def test_locked_store_mid_round_no_action_one_line_each_edge(engine, db, caplog)
         for _ in range(3):
             t0 = time.monotonic()
             assert runner.attempt() == d.loop.round_s     # abandoned, retried next round
-            assert time.monotonic() - t0 < 5 * TIMEOUT_S + 1.0   # never the old 30 s waits
+            assert time.monotonic() - t0 < 10.0   # a few timeouts, never the old 30 s waits
         assert b.log == []                                 # no Slurm action while locked
     finally:
         lock.release()
@@ -114,7 +114,7 @@ def test_locked_postgresql_store_stops_the_round_within_the_timeout(store_url, c
     try:
         t0 = time.monotonic()
         assert runner.attempt() == d.loop.round_s
-        assert time.monotonic() - t0 < 3 * TIMEOUT_S + 1.0
+        assert time.monotonic() - t0 < 10.0     # a few timeouts, never the old 30 s waits
         assert b.log == []
     finally:
         conn.rollback()

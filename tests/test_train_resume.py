@@ -80,8 +80,8 @@ def test_interrupted_twice_by_sigusr1_is_bit_identical(tmp_path):
                    check=True, timeout=120)
 
     ckpt, env = tmp_path / "ck-b", _env(spool_b)
-    stop1 = _run_and_signal(_cmd(ckpt, out, sleep=0.005), env, at_step=70)   # mid epoch 1
-    stop2 = _run_and_signal(_cmd(ckpt, out, sleep=0.005), env, at_step=140)  # after a change
+    stop1 = _run_and_signal(_cmd(ckpt, out, sleep=0.02), env, at_step=70)    # mid epoch 1
+    stop2 = _run_and_signal(_cmd(ckpt, out, sleep=0.02), env, at_step=140)   # after a change
     assert stop1 < stop2 < STEPS
     assert not out.exists()
     res = subprocess.run(_cmd(ckpt, out), env=env, capture_output=True, text=True, timeout=120)

@@ -1,5 +1,5 @@
-"""What several live tests share: is slurmctld up, a daemon built in-process run until a job
-has come and gone, a daemon subprocess ended when a test finishes, the training job's shocksub
+"""What several live tests share: is slurmctld up, a CLI backend that stamps its commands, a
+daemon built in-process run until a job has come and gone, a daemon subprocess ended when a test finishes, the training job's shocksub
 command line and its registration in the store."""
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session
 
 from shockslurm.forecast import ForecastState, forecast
 from shockslurm.model import JobView
+from shockslurm.slurm.cli_backend import CliBackend
+from shockslurm.slurm.types import CommandResult
 from shockslurm.slurm.types import JobState
 from shockslurm.store import repository as repo
 from shockslurm.store.models import Job
@@ -32,6 +34,33 @@ def controller_up(timeout_s: float = 10) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "is UP" in out.stdout
+
+
+class StampedBackend(CliBackend):
+    """The CLI backend, remembering when each command it ran started and returned, in wall time
+    (`time.time()`, the clock the tests' squeue watchers stamp with). A test measures a latency
+    from the command that caused it, not from a clock read taken before the round's own reads
+    (which a loaded machine stretches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stamps: list[tuple[float, float, tuple[str, ...], bool]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None) -> CommandResult:
+        started = time.time()
+        result = super().run(argv, timeout=timeout)
+        self.stamps.append((started, time.time(), tuple(str(a) for a in argv), result.ok))
+        return result
+
+    def sent(self, job_id: int, *command: str) -> tuple[float, float]:
+        """(started, returned) of the first successful command beginning with `command` whose
+        last argument, a comma-separated job id list, names `job_id`."""
+        for started, returned, argv, ok in self.stamps:
+            if (ok and argv[:len(command)] == command
+                    and str(job_id) in argv[-1].split(",")):
+                return started, returned
+        raise AssertionError(f"no {' '.join(command)} for job {job_id}: "
+                             f"{[a for _, _, a, _ in self.stamps]}")
 
 
 def run_until_gone(daemon: Any, job_id: int, timeout_s: float) -> None:

@@ -87,6 +87,13 @@ def _wait_log(log: Path, text: str, timeout: float, proc: subprocess.Popen) -> s
     raise AssertionError(f"{text!r} not in the daemon's log:\n{log.read_text()}")
 
 
+
+def _completed_events(engine) -> set[int]:
+    """Slurm job ids with a `completed` event in the store."""
+    with Session(engine) as s:
+        return set(s.scalars(select(Job.job_id).join(JobEvent, JobEvent.job_pk == Job.id)
+                             .where(JobEvent.kind == "completed")))
+
 def test_daemon_operations(tmp_path: Path, slurm_cluster):
     prefix = f"opsit{os.getpid()}x{int(time.time()) % 100000}-"
     db = str(tmp_path / "store.db")
@@ -170,7 +177,10 @@ def test_daemon_operations(tmp_path: Path, slurm_cluster):
             if all(s.finished for s in states_now.values()):
                 break
             time.sleep(2)
-        time.sleep(8)   # two more rounds see them gone
+        completed = {j for j, st in states_now.items() if st is JobState.COMPLETED}
+        deadline = time.monotonic() + 60         # the rounds after the last completion see it
+        while time.monotonic() < deadline and not completed <= _completed_events(engine):
+            time.sleep(1)
         final = _scrape(port)
         assert final[("shockslurm_rounds_total", ())] > rounds
         assert final[("shockslurm_forecast_abs_error_seconds_count", ())] >= 1, log.read_text()
@@ -182,10 +192,7 @@ def test_daemon_operations(tmp_path: Path, slurm_cluster):
         rounds, _, failed = _store_numbers(engine)
         assert final[("shockslurm_rounds_total", ())] <= rounds
         # every job that COMPLETED while the daemon ran has its `completed` event (the rho chart)
-        completed = {j for j, st in states_now.items() if st is JobState.COMPLETED}
-        with Session(engine) as s:
-            recorded = set(s.scalars(select(Job.job_id).join(JobEvent, JobEvent.job_pk == Job.id)
-                                     .where(JobEvent.kind == "completed")))
+        recorded = _completed_events(engine)
         assert completed and recorded & set(ours) == completed, (completed, recorded)
         engine.dispose()
         print(content)

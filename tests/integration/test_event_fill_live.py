@@ -30,14 +30,18 @@ ROUND_S = 30.0
 POLL_S = 2.0
 SHORT_UNITS = 40            # 8 s (units of 0.2 s)
 LONG_UNITS = 600            # 120 s: still running when the test ends (cancelled)
-# one poll, the early round's reads and release, Slurm's scheduling pass (1 s resolution)
-FILL_BOUND_S = POLL_S + 4.0
+PLAIN_S = 12               # the plain job's run: it starts after the managed jobs are submitted
+# one poll (the runner stretches its interval to 20x a slow poll's read), the early round's
+# reads and release, Slurm's scheduling pass (1 s resolution); the next boundary would be
+# 20 s or more after the completion
+FILL_BOUND_S = POLL_S + 8.0
 
 
 def _plain_short_job(backend: CliBackend) -> int:
-    """An 8-GPU job of 8 s on the unmanaged `urgent` partition (the same nodes), once running."""
+    """An 8-GPU job of `PLAIN_S` on the unmanaged `urgent` partition (the same nodes), once
+    running."""
     out = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--gres=gpu:8", "-o",
-                          "/dev/null", "--job-name", "shockit-plain", "--wrap", "sleep 8"],
+                          "/dev/null", "--job-name", "shockit-plain", "--wrap", f"sleep {PLAIN_S}"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     job_id = int(out.stdout.strip().split(";")[0])
@@ -63,11 +67,11 @@ def measure_fill_gap(tmp: Path, event_poll_s: float, *, plain: bool = False
     engine = open_store(db, create=True)
     backend = CliBackend()
     try:
-        if plain:
-            others.append(_plain_short_job(backend))
         units = [LONG_UNITS] * 4 if plain else [SHORT_UNITS] + [LONG_UNITS] * 4
         for k, n in enumerate(units):
             ours.append(_shocksub(tmp, db, k, 8, n))
+        if plain:     # last, so that it still runs at the daemon's first round
+            others.append(_plain_short_job(backend))
         short, waiting = (others[0] if plain else ours[0]), ours[-1]
         cfg = parse_config({"daemon": {"round_seconds": ROUND_S, "grace_seconds": 5,
                                        "policy": "fifo", "partitions": ["gpu"], "db": db,
@@ -90,6 +94,7 @@ def measure_fill_gap(tmp: Path, event_poll_s: float, *, plain: bool = False
         done, started = jobs[short], jobs[waiting]
         assert done.state is JobState.COMPLETED and done.end_time is not None, done
         assert started.start_time is not None
+        assert done.end_time > first_round, "the short job ended before the daemon's first round"
         return started.start_time - done.end_time, started.start_time - first_round
     finally:
         if runner is not None:

@@ -4,7 +4,8 @@ The cluster is fragmented: a managed 1-GPU job runs on every node, so no node ha
 An 8-GPU job is planned beside them. The round loop's placement puts it on one node and moves
 that node's 1-GPU job elsewhere; `SlurmCluster.enact` stops the moved job, then releases both
 pinned to the plan's nodes (`ReqNodeList=`). The 8-GPU job starts on the planned node on the
-scheduling pass its release triggers (within 3 s, measured from the release call), never
+scheduling pass its release triggers (within 4.5 s of the release call's return, before
+the periodic pass), never
 waiting in Reason=Resources, and the moved job starts on its new node. The next observe finds
 no idle GPU-seconds of released jobs waiting for a node.
 
@@ -26,29 +27,17 @@ from shockslurm.plan_on_nodes import place_plan
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 
+from .helpers import StampedBackend
+
 pytestmark = pytest.mark.slurm
 
 SCRIPT = """#!/bin/bash
 trap 'exit 0' USR1
 for i in $(seq 600); do sleep 1 & wait $!; done
 """
-START_BOUND_S = 3.0
-
-
-class TimedBackend(CliBackend):
-    """The CLI backend, remembering when each `scontrol release` returned."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.released_at: dict[int, float] = {}
-
-    def run(self, argv):
-        result = super().run(argv)
-        if list(argv[:2]) == ["scontrol", "release"] and result.ok:
-            now = time.monotonic()
-            for job_id in argv[2].split(","):
-                self.released_at[int(job_id)] = now
-        return result
+START_BOUND_S = 4.5
+"""Release returned -> seen RUNNING: the pass the release triggers, before the test cluster's
+periodic one (`sched_interval=5`) would have to start it."""
 
 
 def _sbatch(tmp: Path, *opts: str) -> int:
@@ -84,7 +73,7 @@ def test_a_released_gang_starts_on_its_planned_node_in_one_pass(tmp_path: Path, 
     assert slurm_cluster.gpus_per_node == 8 and slurm_cluster.nodes >= 2
     nodes = [f"gpu{i:02d}" for i in range(1, slurm_cluster.nodes + 1)]
     ours: list[int] = []
-    backend = TimedBackend()
+    backend = StampedBackend()
     try:
         fillers = {}
         for node in nodes:            # one 1-GPU job per node: no node has 8 GPUs free
@@ -118,21 +107,22 @@ def test_a_released_gang_starts_on_its_planned_node_in_one_pass(tmp_path: Path, 
         started: dict[int, float] = {}
         reasons: set[str] = set()
         watched = {big, *moved}
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while len(started) < len(watched) and time.monotonic() < deadline:
             for jid, state, reason, node in _states(watched):   # plain squeue: ~10 ms a read
                 if jid in started:
                     continue
                 if state == "RUNNING":
-                    started[jid] = time.monotonic()
+                    started[jid] = time.time()
                     assert node == plan.placement[jid][0][0], (jid, node)
                 elif jid == big:
                     reasons.add(reason)
             time.sleep(0.02)
         assert set(started) == {big, *moved}, reasons
-        latency = started[big] - backend.released_at[big]
+        released = {j: backend.sent(j, "scontrol", "release")[1] for j in watched}
+        latency = started[big] - released[big]
         print(f"pinned 8-GPU job: release -> RUNNING {latency:.2f} s "
-              f"(moved job {started[moved[0]] - backend.released_at[moved[0]]:.2f} s)")
+              f"(moved job {started[moved[0]] - released[moved[0]]:.2f} s)")
         assert latency < START_BOUND_S
         assert "Resources" not in reasons
         cluster.observe(time.time())

@@ -49,6 +49,7 @@ EXAMPLE = REPO / "examples" / "train_mnist_like.py"
 EPOCHS = 6                 # 64 + 64 + 32 + 3 x 16 = 208 steps; 32 -> 64 after step 128
 STEP_SLEEP_S = 0.08        # ~17 s of training: the change lands several rounds in
 REPORT_S = 2.0             # the trainer's throughput interval = the daemon's round
+WAIT_BOUND_S = 4 * REPORT_S + 2.0   # report written -> in the store (2-5 s idle)
 EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
 TIMEOUT_S = 150
 REPORT_VARS = ("SHOCKSLURM_SPOOL", "SHOCKSLURM_DB", "SHOCKSLURM_REPORT_SECRET",
@@ -120,7 +121,9 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         waits = recorder.report_waits(samples, changes)
         print(f"report -> store: max {max(waits):.2f} s over {len(waits)} reports "
               f"(rounds of {REPORT_S:g} s)")
-        assert max(waits) <= 2 * REPORT_S + 1.0, waits   # at most one round's wait + its work
+        # at most one round's wait plus its work (report_waits asserts the first round after a
+        # report had it); the bound leaves a loaded machine's slow rounds room
+        assert max(waits) <= WAIT_BOUND_S, waits
 
         # (2) the daemon's view of the job was built from the reports: its batch size, per-epoch
         # sizes and measured speed, and its forecast moved with them
@@ -136,7 +139,7 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         rows = [row for r in rounds if r["status"] for row in r["status"]
                 if row.job_id == train_id]
         assert rows and all(row.last_report_s is not None for row in rows), rows
-        assert min(row.last_report_age_s for row in rows) <= 2 * REPORT_S + 1.0, rows
+        assert min(row.last_report_age_s for row in rows) <= WAIT_BOUND_S, rows
         print("views (epochs, bs, it/s, observed):",
               [(round(r["view"].epochs_done, 2), r["view"].batch_size,
                 round(r["view"].iterations_per_s, 1), r["view"].observed_batch_sizes)

@@ -74,12 +74,12 @@ def test_requeue_delay_is_begin_time_and_start_time_now_clears_it(jobs):
     held = _wait(job_id, lambda j: j.held and j.state is JobState.PENDING, "held again")
     assert held.restart_count == 1
     _scontrol("release", str(job_id))
-    waiting = _wait(job_id, lambda j: j.reason == BEGIN_TIME_REASON, "in Reason=BeginTime", 10)
+    waiting = _wait(job_id, lambda j: j.reason == BEGIN_TIME_REASON, "in Reason=BeginTime", 30)
     assert waiting.state is JobState.PENDING
     time.sleep(6)                       # two scheduling passes (sched_interval=5): still waiting
     assert _job(job_id).state is JobState.PENDING
     _scontrol("update", f"JobId={job_id}", "StartTime=now")
-    _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING after StartTime=now", 15)
+    _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING after StartTime=now", 30)
 
 
 def test_req_node_list_pins_a_held_job_and_an_empty_one_clears_it(jobs):

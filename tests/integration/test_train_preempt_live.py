@@ -51,7 +51,7 @@ WORKER = Path(__file__).resolve().parent / "worker.py"
 EPOCHS = 8                 # SCHEDULE 32, 32, 64, 128, ...: 64 + 64 + 32 + 5 x 16 = 240 steps
 STEP_SLEEP_S = 0.1         # ~25 s of steps (at 0.08 s a CI run once got only one stop)
 EPOCH_SECONDS = 30.0       # declared (deliberately wrong: the reports must win)
-TIMEOUT_S = 300
+TIMEOUT_S = 480            # ~120 s idle; a loaded machine stretches every trainer start
 RUN_RE = re.compile(r"^shocksub: job (\d+) run (\d+) on ")
 
 
