@@ -1,6 +1,7 @@
-"""What several live tests share: is slurmctld up, a CLI backend that stamps its commands, a
-daemon built in-process run until a job has come and gone, a daemon subprocess ended when a test finishes, the training job's shocksub
-command line and its registration in the store."""
+"""What several live tests share: is slurmctld up, waiting for a condition, a CLI backend that
+stamps its commands, a daemon built in-process run until a job has come and gone, a daemon
+subprocess ended when a test finishes, the training job's shocksub command line and its
+registration in the store."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import replace
-from typing import IO, Any, Sequence
+from typing import IO, Any, Callable, Sequence
 
 import pytest
 from sqlalchemy import select
@@ -20,8 +21,7 @@ from sqlalchemy.orm import Session
 from shockslurm.forecast import ForecastState, forecast
 from shockslurm.model import JobView
 from shockslurm.slurm.cli_backend import CliBackend
-from shockslurm.slurm.types import CommandResult
-from shockslurm.slurm.types import JobState
+from shockslurm.slurm.types import CommandResult, JobState
 from shockslurm.store import repository as repo
 from shockslurm.store.models import Job
 
@@ -34,6 +34,18 @@ def controller_up(timeout_s: float = 10) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return "is UP" in out.stdout
+
+
+def wait_for(what: Callable[[], Any], timeout_s: float, why: str, every_s: float = 0.2) -> Any:
+    """Poll `what` every `every_s` until it returns something true, and return that; fail the
+    test after `timeout_s`, naming `why`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(every_s)
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {why}")
 
 
 class StampedBackend(CliBackend):

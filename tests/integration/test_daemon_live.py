@@ -26,7 +26,7 @@ from shockslurm.daemon import build_daemon, parse_config
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, Job, Run
+from shockslurm.store.models import EnactmentIntent, Job, Run, stamp_seconds
 
 pytestmark = pytest.mark.slurm
 
@@ -166,9 +166,9 @@ def _scenario(tmp_path: Path, slurm_cluster, policy: str, options: dict, *,
             waits = []
             for i in sorted(intents, key=lambda i: (i.created_at, i.id)):
                 if i.action == "signal":
-                    signalled[i.job_pk] = i.created_at.timestamp()
+                    signalled[i.job_pk] = stamp_seconds(i.created_at)
                 elif i.action == "requeuehold" and i.job_pk in signalled:
-                    waits.append(i.created_at.timestamp() - signalled.pop(i.job_pk))
+                    waits.append(stamp_seconds(i.created_at) - signalled.pop(i.job_pk))
             assert (waits or not must_stop) and max(waits, default=0.0) < GRACE_S / 2, (
                 f"USR1 -> requeuehold took {sorted(waits)} s (grace {GRACE_S} s)")
             assert statistics.median(waits or [0.0]) < SWITCH_BOUND_S, (

@@ -87,12 +87,12 @@ def _wait_log(log: Path, text: str, timeout: float, proc: subprocess.Popen) -> s
     raise AssertionError(f"{text!r} not in the daemon's log:\n{log.read_text()}")
 
 
-
 def _completed_events(engine) -> set[int]:
     """Slurm job ids with a `completed` event in the store."""
     with Session(engine) as s:
         return set(s.scalars(select(Job.job_id).join(JobEvent, JobEvent.job_pk == Job.id)
                              .where(JobEvent.kind == "completed")))
+
 
 def test_daemon_operations(tmp_path: Path, slurm_cluster):
     prefix = f"opsit{os.getpid()}x{int(time.time()) % 100000}-"

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ from sqlalchemy.orm import Session
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
-from shockslurm.store.models import EnactmentIntent, Round, Run
+from shockslurm.store.models import EnactmentIntent, Round, Run, stamp_seconds
 
 pytestmark = pytest.mark.slurm
 
@@ -189,15 +188,9 @@ def test_store_locked_at_start_up_and_while_running(tmp_path: Path, slurm_cluste
     assert output.count("the store is writable again after") == 1, output[-3000:]
     engine = open_store(db)
     with Session(engine) as s:
-        made = [_utc(i.created_at) for i in s.scalars(select(EnactmentIntent))]
+        made = [stamp_seconds(i.created_at) for i in s.scalars(select(EnactmentIntent))]
     engine.dispose()
     assert made and not [t for t in made if locked_wall + STORE_TIMEOUT_S < t < unlocked_wall]
-
-
-def _utc(created) -> float:
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
-    return created.timestamp()
 
 
 def test_two_daemons_one_leader_and_takeover(tmp_path: Path, slurm_cluster):
@@ -244,6 +237,6 @@ def test_two_daemons_one_leader_and_takeover(tmp_path: Path, slurm_cluster):
     before, after = set(), set()
     for round_id, run_config, created in rows:
         pids_by_round[round_id].add(run_config["pid"])
-        (before if _utc(created) < killed_wall else after).add(run_config["pid"])
+        (before if stamp_seconds(created) < killed_wall else after).add(run_config["pid"])
     assert all(len(p) == 1 for p in pids_by_round.values())
     assert before == {a.pid} and after == {b.pid}

@@ -31,7 +31,7 @@ from shockslurm.model import RoundPlan
 from shockslurm.slurm.cli_backend import CliBackend
 from shockslurm.store import open_store
 
-from .helpers import StampedBackend
+from .helpers import StampedBackend, wait_for
 from .test_daemon_live import _shocksub
 
 pytestmark = pytest.mark.slurm
@@ -102,10 +102,7 @@ def _stop_after_start(tmp: Path, trap: str) -> tuple[float, float]:
     watcher.thread.start()
     try:
         cluster.enact(RoundPlan(run=frozenset({jid})), cluster.observe(time.time()))
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert ready.exists(), f"job {jid} did not set its trap within 60 s"
+        wait_for(ready.exists, 60, f"job {jid} to set its trap")
         node = _node_of(jid)
         cluster.enact(RoundPlan(run=frozenset({successor}),
                                 placement={successor: ((node, 8),)}), cluster.observe(time.time()))
@@ -113,11 +110,8 @@ def _stop_after_start(tmp: Path, trap: str) -> tuple[float, float]:
         assert actions[:2] == ["signal", "requeuehold"] and "release" in actions, actions
         signalled, _ = backend.sent(jid, "scancel", "--signal=USR1")
         requeued, _ = backend.sent(jid, "scontrol", "requeuehold")
-        deadline = time.monotonic() + 60
-        while watcher.left_running_after(jid, requeued) is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = watcher.left_running_after(jid, requeued)
-        assert left is not None, f"job {jid} still RUNNING 60 s after its requeuehold"
+        left = wait_for(lambda: watcher.left_running_after(jid, requeued), 60,
+                        f"job {jid} to leave RUNNING after its requeuehold")
         return requeued - signalled, left - requeued
     finally:
         watcher.stop.set()

@@ -26,6 +26,8 @@ import pytest
 
 torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh); never skipped there
 
+from .helpers import wait_for  # noqa: E402
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,13 +59,7 @@ def _newest(ckpt: Path) -> int:
 
 
 def _wait(what, timeout_s: float, why: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {why}")
+    return wait_for(what, timeout_s, why, every_s=0.5)
 
 
 def test_ddp_two_ranks_survive_three_preemptions_bit_identical(tmp_path: Path, slurm_cluster):

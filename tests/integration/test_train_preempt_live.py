@@ -9,11 +9,11 @@ How the daemon is made to preempt it: the daemon runs in-process (`job_filter`: 
 jobs) with `gandiva_fair` (time slicing, re-solved at once), 10 s rounds and a 3 s grace; a rival
 managed job asks for the whole cluster (all nodes x all GPUs), so the two can never run together
 and the policy alternates them. The rival is `worker.py` (no torch) and is cancelled at the end.
-The trainer sleeps 200 ms a step so that its 240 steps (~50 s) span several rounds; the uninterrupted
-reference run does not sleep (sleeping changes no number). gandiva_fair gives the trainer 20 s
-turns here (two rounds): with 100 ms a step (~25 s) one turn could hold nearly all the work
-and the churn bounds then keep a job that near its end, so a CI run (2026-11-28) got one stop:
-at 200 ms no two turns hold it. Each run of the trainer first spends
+The trainer sleeps 200 ms a step so that its 240 steps (~50 s) span several rounds; the
+uninterrupted reference run does not sleep (sleeping changes no number). gandiva_fair may give
+the trainer 20 s turns (two rounds): with 100 ms a step (~25 s) one turn could hold nearly all
+the work and the churn bounds then keep a job that is near its end, so a CI run (2026-11-28) got
+one stop; at 200 ms no two turns hold it. Each run of the trainer first spends
 seconds starting (srun, Python, torch: about 4 s on the 2-core CI machine); with 6 s rounds a run
 had about 10 steps left, and on a slower machine the trainer needed more than the timeout
 (2026-11-27: 122 of 240 steps in 200 s, on the commit that had passed CI before). With 10 s
