@@ -158,6 +158,8 @@ def test_scaling_keeps_specs_consistent_and_predictions_run():
     assert max(r["rho"] for r in shock["per_job"]) == pytest.approx(shock["worst_rho"], abs=1e-3)
     assert native["policy"] == "fifo" and native["restart_overhead_s"] == 0.0
     assert shock["policy"] == "shockwave" and shock["round_s"] == 20.0
+    # the daemon knows each job from what shocksub declares, and so does the prediction
+    assert shock["declared_profile"] is True and native["declared_profile"] is False
     arm = {"arm": "shockwave", "makespan_s": 100.0, "simulated": shock,
            "switch_usr1_to_successor_running_s": {"median": 3.0, "max": 4.0, "n": 2}}
     assert measured_switch_s(arm) == 3.0

@@ -6,6 +6,7 @@ import pytest
 
 from shockslurm.model import RoundPlan, Snapshot
 from shockslurm.policies import PolicySettings, make_policy, policy_names
+from shockslurm.sim.cluster import SimulatedCluster
 from shockslurm.sim.jobs import SimJob
 from shockslurm.sim.reference_rules import gns_pattern_bs, wanted_change
 from shockslurm.sim.run import SimConfig, simulate
@@ -68,6 +69,29 @@ def test_profile_mode_follows_the_declared_schedule() -> None:
     assert job.batch_size == 20
     assert job.epochs_done == pytest.approx(2.4)          # the partial epoch is kept exactly
     assert job.total_iterations == 200 and job.observed_batch_sizes == (10, 10)
+
+
+def test_a_declared_profile_is_what_the_policy_sees_not_how_the_job_runs() -> None:
+    # A GNS-like job: epochs at 10 then 20 (faster). Declared as shocksub declares it live, the
+    # policy sees 4 epochs at 10 of the first epoch's 100 s; the job still runs by its profile.
+    spec = make_spec(epochs=4, schedule=[10, 10, 20, 20], samples=1000,
+                     throughput={10: 1.0, 20: 1.0})
+    sizes, durations = spec.declared_profile()
+    assert tuple(sizes) == (10,) * 4 and tuple(durations) == (100.0,) * 4
+    assert spec.exclusive_runtime_s == pytest.approx(300.0)
+    seen = {}
+    for declared in (False, True):
+        cluster = SimulatedCluster(1, [spec], round_s=120.0, declared_profile=declared)
+        view = cluster.observe(0.0).jobs[0]
+        seen[declared] = view
+        r = simulate([spec], "fifo", SimConfig(gpus=1, declared_profile=declared))
+        assert _outcome(r, 0).completion_s == pytest.approx(300.0)   # by the profile
+        assert r.as_dict().get("declared_profile", False) is declared
+    assert tuple(seen[False].profile_batch_sizes) == (10, 10, 20, 20)
+    assert seen[False].exclusive_runtime_s == pytest.approx(300.0)
+    assert tuple(seen[True].profile_batch_sizes) == (10,) * 4
+    assert tuple(seen[True].profile_epoch_durations) == (100.0,) * 4
+    assert seen[True].exclusive_runtime_s == pytest.approx(400.0)
 
 
 def test_reference_rules() -> None:

@@ -6,7 +6,9 @@ live cluster's node shape:
   measured median switch (USR1 -> successor RUNNING; USR1 -> exit when no successor was seen),
   the Gavel gate off as in the daemon's configuration, and the daemon's event-driven rounds
   (`fill_on_completion`: a round starts when a completion frees GPUs while a job waits, or an
-  arrival fits the idle GPUs);
+  arrival fits the idle GPUs), and the policy knowing each job as the daemon does
+  (`declared_profile`: what `shocksub` declares, every epoch at the initial batch size and the
+  first epoch's duration, not the workload's per-epoch profile; the jobs still run by it);
 - `native`: the simulator's Slurm-like FIFO with EASY backfill (`fifo`), in `NATIVE_ROUND_S`
   rounds (Slurm starts a job within about a second of its resources freeing) and no restart
   overhead (nothing is ever stopped).
@@ -50,13 +52,15 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
     settings = PolicySettings(round_s=NATIVE_ROUND_S if native else round_s,
                               min_resolve_interval_s=0.0, idle_unallocated=False)
     config = SimConfig.for_nodes(nodes, restart_overhead_s=0.0 if native else restart_overhead_s,
-                                 settings=settings, fill_on_completion=not native)
+                                 settings=settings, fill_on_completion=not native,
+                                 declared_profile=not native)
     result = simulate(jobs, "fifo" if native else arm, config,
                       policy_options=None if native else (options or None))
     out: dict[str, object] = {k: round(v, 4) if isinstance(v, float) else v
                               for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
-               restart_overhead_s=config.restart_overhead_s)
+               restart_overhead_s=config.restart_overhead_s,
+               declared_profile=config.declared_profile)
     outcomes = sorted(result.outcomes, key=lambda o: o.job_id)
     rho = static_rho(outcomes, config.gpus, len(jobs))
     out["per_job"] = [{"job": o.job_id, "completion_s": round(o.completion_s, 2),

@@ -33,6 +33,11 @@ job whose GPUs no job of the round takes keeps running where it is).
 Restarts are charged as they happen live: a restarted run spends its first
 `restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
 the next round), instead of the reference's full-round-only rule.
+
+`declared_profile` (off by default): the policy sees each job as the live daemon does, from
+what `shocksub` declares (`JobSpec.declared_profile`: every epoch at the initial batch size and
+the first epoch's duration), not its per-epoch profile; the job still runs by its profile, and
+its measured rate at the current batch size is in the view, as the training helper reports it.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class SimulatedCluster:
     nodes: tuple[Node, ...] = ()
     fill_on_completion: bool = False
     churn: ChurnLimits | None = None      # the daemon's churn bounds (live-like rounds)
+    declared_profile: bool = False        # views carry the declared spec, not the profile
     sim_jobs: dict[int, SimJob] = field(init=False)
     gpu_seconds_used: float = field(init=False, default=0.0)
     demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
@@ -294,14 +300,18 @@ class SimulatedCluster:
 
     def _view(self, job: SimJob) -> JobView:
         s = job.spec
+        sizes, durations = (s.declared_profile() if self.declared_profile
+                            else (s.batch_sizes, s.epoch_durations))
         return JobView(
             job_id=s.job_id, gang_size=s.gang_size, arrival_s=s.arrival_s,
             num_epochs=s.num_epochs, epochs_done=job.epochs_done, batch_size=job.batch_size,
             iterations_per_s=job.throughput, remaining_iterations=float(job.remaining_iterations),
             iterations_per_epoch=job.iterations_per_epoch,
             observed_batch_sizes=job.observed_batch_sizes,
-            profile_batch_sizes=s.batch_sizes, profile_epoch_durations=s.epoch_durations,
-            exclusive_runtime_s=s.exclusive_runtime_s, run_time_s=job.run_time_s,
+            profile_batch_sizes=sizes, profile_epoch_durations=durations,
+            exclusive_runtime_s=(s.epoch_durations[0] * s.num_epochs if self.declared_profile
+                                 else s.exclusive_runtime_s),
+            run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
 
 

@@ -26,6 +26,7 @@ class SimConfig:
     settings: PolicySettings = field(default_factory=PolicySettings)
     nodes: tuple[Node, ...] = ()
     fill_on_completion: bool = False    # live-like rounds (`SimulatedCluster`); off: reference
+    declared_profile: bool = False      # the policy sees the spec as shocksub declares it (live)
 
     @property
     def round_s(self) -> float:
@@ -87,6 +88,8 @@ class SimResult:
                "batch_size_changes": self.batch_size_changes}
         if self.config.fill_on_completion:
             out["fill_on_completion"] = True
+        if self.config.declared_profile:
+            out["declared_profile"] = True
         out.update(self.extra)
         return out
 
@@ -131,6 +134,7 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
                                restart_overhead_s=config.restart_overhead_s,
                                adaptation=config.adaptation, nodes=config.nodes,
                                fill_on_completion=config.fill_on_completion,
+                               declared_profile=config.declared_profile,
                                churn=(ChurnLimits.for_round(config.round_s)
                                       if config.fill_on_completion else None))
     settings = replace(config.settings, options=tuple(sorted((policy_options or {}).items())))
