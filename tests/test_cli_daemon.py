@@ -82,3 +82,14 @@ def test_every_logger_and_warning_goes_through_the_format():
     assert rest[0] == "<3>shockslurm ERROR shockslurm.daemon: failed"
     assert len(rest) > 2 and all(line.startswith("<3>") for line in rest)   # the traceback too
     assert rest[-1] == "<3>ValueError: boom"
+
+
+def test_the_global_log_level_can_only_add_debug_lines_to_the_daemons():
+    import logging
+
+    from shockslurm.ops.logsetup import daemon_level
+
+    assert daemon_level(logging.DEBUG) == logging.DEBUG
+    assert daemon_level(logging.WARNING) == logging.INFO    # the default: the heartbeat stays
+    assert daemon_level(logging.NOTSET) == logging.INFO
+

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from shockslurm.livebench.arms import daemon_argv
 from shockslurm.livebench.report import markdown_table, measured_switch_s, predict
 from shockslurm.livebench.timeline import (JobLine, Poll, Run, Sample, arm_metrics,
                                            completion_times, gpu_seconds, idle_gpu_seconds,
@@ -346,3 +347,11 @@ def test_repeat_is_refused_for_a_simulation(tmp_path: Path) -> None:
     zero = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4x8",
                                     "--repeat", "0"])
     assert zero.exit_code == 2 and "--repeat" in zero.output
+
+
+def test_an_arms_daemon_logs_its_debug_lines(tmp_path: Path) -> None:
+    argv = daemon_argv("python3", tmp_path / "daemon.toml")
+    assert argv[argv.index("--log-level") + 1] == "DEBUG"
+    assert argv.index("--log-level") < argv.index("daemon")        # the global option
+    assert argv[-2:] == ["--config", str(tmp_path / "daemon.toml")]
+

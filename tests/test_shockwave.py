@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
 from shockslurm.policies.shockwave.bench import (bench_solver, identical_snapshot,
                                                    synthetic_snapshot)
 from shockslurm.policies.shockwave.packing import pack
-from shockslurm.policies.shockwave.planner import tail_drain_rounds, work_weights
+from shockslurm.policies.shockwave.planner import explain, tail_drain_rounds, work_weights
 
 
 def test_registry_builds_shockwave():
@@ -50,6 +51,23 @@ def test_resolve_reports_planned_packed_and_trimmed_gpu_rounds():
     assert 0 <= info["plan_gpus_lost"] <= info["plan_gpus"]
     # scored as laid out, the plan is never better than as the solver chose it
     assert info["objective_placed"] <= info["objective"] + 1e-9
+
+
+def test_a_re_solve_explains_itself_in_the_debug_log(caplog):
+    snap = synthetic_snapshot(12, 8, seed=3)
+    pol = Shockwave()
+    with caplog.at_level(logging.DEBUG, logger="shockslurm.policies.shockwave.planner"):
+        pol.allocate(snap)
+    lines = [r.getMessage() for r in caplog.records if "re-solve at" in r.getMessage()]
+    assert len(lines) == 1
+    jobs = dict(part.split(": ", 1) for part in lines[0].split("): ", 1)[1].split("; "))
+    assert set(jobs) == {f"job {v.job_id}" for v in snap.jobs}
+    for v in snap.jobs:       # every job with its inputs and its rounds in the window
+        fields = dict(kv.split("=") for kv in jobs[f"job {v.job_id}"].split())
+        assert fields["gang"] == str(v.gang_size)
+        assert set(fields) >= {"epochs_done", "remaining_s", "rho", "weight", "priority"}
+        assert fields["window_rounds"] == str(sum(v.job_id in rnd for rnd in pol.plan))
+    assert explain([4, 9], rho=np.array([1.0, 1.25])) == "job 4: rho=1; job 9: rho=1.25"
 
 
 def test_the_plan_is_what_the_window_holds_after_the_capped_re_solve():

@@ -93,8 +93,10 @@ def _start(path: Path, dry_run: bool, once: bool
     from ..store.leader import leader_lock
 
     cfg = load_config(path, os.environ)
-    # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it).
-    logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald)
+    # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it); the global
+    # `--log-level DEBUG` adds the debug lines.
+    logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald,
+                       level=logsetup.daemon_level(logging.getLogger().level))
     backend = make_backend(cfg.backend)
     advice = release_delay_advice(backend.run)     # read before a dry run wraps the actions
     if dry_run:

@@ -213,13 +213,19 @@ def _daemon_events(db: Path, t0: float) -> tuple[Events, Events, Events, int]:
     return signals, releases, holds, int(rounds)
 
 
+def daemon_argv(python: str, config: Path) -> list[str]:
+    """The arm's daemon command: its debug lines too (each Shockwave re-solve's inputs per job,
+    so that a live decision can be taken apart afterwards)."""
+    return [python, "-m", "shockslurm.cli.main", "--log-level", "DEBUG", "daemon",
+            "--config", str(config)]
+
+
 class DaemonProcess:
     """`shockslurm daemon --config FILE` as a subprocess, its output in the arm's log."""
 
     def __init__(self, python: str, config: Path, log: Path, env: dict[str, str]) -> None:
         self._log = open(log, "ab")
-        self.proc = subprocess.Popen([python, "-m", "shockslurm.cli.main", "daemon",
-                                      "--config", str(config)], stdout=self._log,
+        self.proc = subprocess.Popen(daemon_argv(python, config), stdout=self._log,
                                      stderr=subprocess.STDOUT, env=env)
 
     def check_alive(self) -> None:

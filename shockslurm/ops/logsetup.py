@@ -106,6 +106,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(obj, default=str)
 
 
+def daemon_level(requested: int) -> int:
+    """The daemon's level for its `shockslurm` loggers: INFO (the round line is its heartbeat),
+    or lower where the global `--log-level` (`requested`, the root logger's level; 0 when unset)
+    asks for more, e.g. DEBUG for each Shockwave re-solve's inputs per job."""
+    return min(logging.INFO, requested or logging.INFO)
+
+
 def configure(log_format: str, stream: IO[str] | None = None, level: int = logging.INFO,
               journald: str = "auto") -> logging.Handler:
     """Install (or switch the format of) the daemon's handler on the root logger: the

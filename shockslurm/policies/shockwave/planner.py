@@ -46,6 +46,7 @@ or, without one, schedules greedily by fairness ratio; it logs a warning either 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 import logging
 import time
 from typing import Any, Callable
@@ -304,6 +305,13 @@ class Shockwave:
                         "replaying the last plan" if replay else "greedy by fairness ratio")
         self.last_solve_round = snap.round_index
         self.solves += 1
+        if log.isEnabledFor(logging.DEBUG):
+            planned = Counter(j for rnd in self.plan for j in rnd)
+            log.debug("shockwave: re-solve at %.1f s, round %d (%s): %s", snap.now,
+                      snap.round_index, status, explain(
+                          ids, gang=gang, epochs_done=e, epochs=E, remaining_s=R, rho=rho,
+                          target_in_s=target - snap.now, weight=weight, priority=prio,
+                          window_rounds=np.array([planned[j] for j in ids])))
         return {"resolved": True, "solve_s": time.perf_counter() - t0, "status": status,
                 "objective": res.objective, "relaxed": relaxed, **packing}
 
@@ -330,3 +338,11 @@ class Shockwave:
                 if book.free_gpus <= 0:
                     break
         return run
+
+
+def explain(ids: list[int], **columns: np.ndarray) -> str:
+    """One re-solve's inputs and plan, a job after another ("job 7: gang=4 rho=1.02 ..."), for
+    the debug log: what a live decision can be taken apart with afterwards."""
+    return "; ".join(f"job {j}: " + " ".join(f"{name}={float(col[i]):.4g}"
+                                               for name, col in columns.items())
+                     for i, j in enumerate(ids))
