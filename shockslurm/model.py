@@ -209,12 +209,18 @@ class JobSpec:
         """Exclusive seconds for one epoch at `batch_size` on the job's gang."""
         return self.samples_per_epoch / batch_size / self.throughput[batch_size]
 
+    @property
+    def declared_epoch_s(self) -> float:
+        """The one epoch time `shocksub --epoch-seconds` declares for the job (`bench live`
+        passes it): the first epoch's."""
+        return self.epoch_durations[0]
+
     def declared_profile(self) -> tuple[RunLength, RunLength]:
         """The per-epoch profile (batch sizes, durations) as the live daemon knows it from what
-        `shocksub` declares, the number of epochs, the initial batch size and one epoch's seconds
-        (`bench live` passes the first epoch's): every epoch at those."""
+        `shocksub` declares, the number of epochs, the initial batch size and
+        `declared_epoch_s`: every epoch at those."""
         return (RunLength.repeat(self.initial_batch_size, self.num_epochs),
-                RunLength.repeat(self.epoch_durations[0], self.num_epochs))
+                RunLength.repeat(self.declared_epoch_s, self.num_epochs))
 
 
 @dataclass(frozen=True)

@@ -92,4 +92,3 @@ def test_the_global_log_level_can_only_add_debug_lines_to_the_daemons():
     assert daemon_level(logging.DEBUG) == logging.DEBUG
     assert daemon_level(logging.WARNING) == logging.INFO    # the default: the heartbeat stays
     assert daemon_level(logging.NOTSET) == logging.INFO
-

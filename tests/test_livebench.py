@@ -354,4 +354,3 @@ def test_an_arms_daemon_logs_its_debug_lines(tmp_path: Path) -> None:
     assert argv[argv.index("--log-level") + 1] == "DEBUG"
     assert argv.index("--log-level") < argv.index("daemon")        # the global option
     assert argv[-2:] == ["--config", str(tmp_path / "daemon.toml")]
-

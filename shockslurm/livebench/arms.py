@@ -96,7 +96,7 @@ def shocksub_argv(job: JobSpec, name: str, settings: ArmSettings, arm_dir: Path,
             "--model", job.model, "--epochs", str(job.num_epochs),
             "--samples-per-epoch", str(job.samples_per_epoch), "--batch-sizes", ladder,
             "--batch-size", str(job.initial_batch_size), "--mode", job.mode,
-            "--epoch-seconds", f"{job.epoch_durations[0]:.3f}", "--grace-seconds", "60",
+            "--epoch-seconds", f"{job.declared_epoch_s:.3f}", "--grace-seconds", "60",
             "--output", str(arm_dir / "out" / "%x-%j.out"),
             "--script-dir", str(arm_dir / "scripts"), "--db", str(arm_dir / "store.db"),
             "--", *command]

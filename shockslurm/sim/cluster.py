@@ -309,7 +309,7 @@ class SimulatedCluster:
             iterations_per_epoch=job.iterations_per_epoch,
             observed_batch_sizes=job.observed_batch_sizes,
             profile_batch_sizes=sizes, profile_epoch_durations=durations,
-            exclusive_runtime_s=(s.epoch_durations[0] * s.num_epochs if self.declared_profile
+            exclusive_runtime_s=(s.declared_epoch_s * s.num_epochs if self.declared_profile
                                  else s.exclusive_runtime_s),
             run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)

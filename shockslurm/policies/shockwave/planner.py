@@ -46,9 +46,9 @@ or, without one, schedules greedily by fairness ratio; it logs a warning either 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 import logging
 import time
+from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
