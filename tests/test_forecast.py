@@ -116,9 +116,24 @@ def test_calibration_fires_above_40_percent():
     assert st.calibration == pytest.approx(2.0)
     f = forecast(view(bss, durs, done=5.0, run_time=1000.0), st)
     assert f.mean_epoch_s == pytest.approx(200.0)
-    # back within tolerance: the calibration persists (as in the reference)
-    assert not calibrate(st, view(bss, durs, done=9.0, run_time=1000.0))
+    # within 40 % of the scaled profile: the factor stays
+    assert not calibrate(st, view(bss, durs, done=6.5, run_time=1400.0))
     assert st.calibration == pytest.approx(2.0)
+    # within 40 % of the profile but not of the factor: calibrated again (the reference keeps 2)
+    assert calibrate(st, view(bss, durs, done=18.0, run_time=2000.0))
+    assert st.calibration == pytest.approx(20 / 18)
+
+
+def test_no_calibration_from_less_than_a_whole_epoch():
+    """A live job's first seconds are start-up and report lag: 3 s into a 10 s epoch it has
+    reported a tenth of an epoch, a third of the profile's pace. No factor is set from that,
+    and one whole epoch later the job is measured at its pace."""
+    bss, durs = [32] * 30, [10.0] * 30
+    st = ForecastState(1)
+    assert not calibrate(st, view(bss, durs, done=0.1, run_time=3.0))
+    assert st.calibration == 1.0
+    assert not calibrate(st, view(bss, durs, done=1.0, run_time=13.0))
+    assert st.calibration == 1.0
 
 
 def test_unknown_batch_size_model():

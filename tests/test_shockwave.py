@@ -8,7 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-from shockslurm.model import RoundPlan, Snapshot, check_plan
+from shockslurm.livebench.report import predict
+from shockslurm.livebench.workload import default_workload, scale
+from shockslurm.model import Node, RoundPlan, Snapshot, check_plan
 from shockslurm.policies import make_policy
 from shockslurm.policies.shockwave import Shockwave, ShockwaveConfig
 from shockslurm.policies.shockwave.bench import (bench_solver, identical_snapshot,
@@ -222,6 +224,19 @@ def test_fairness_counts_from_submission_not_from_the_first_round_seen():
     plan = pol.allocate(snap)
     assert pol.submit == {late.job_id: snap.now, early.job_id: 400.0}
     assert plan.run == {early.job_id}
+
+
+def test_plans_do_not_depend_on_where_the_clock_starts():
+    """The daemon's clock is Unix time, the simulator's starts at 0: the same workload with
+    every arrival 1.8e9 s later (a 2027 Unix time) runs the same schedule. Counted from the
+    clock's zero, every fairness ratio was 1 under Unix time and the priorities inert: job
+    completions differed by up to 44 s on this workload."""
+    nodes = tuple(Node(f"n{i}", 8) for i in range(4))
+    jobs = scale(default_workload(32, seed=10), 0.15)
+    later = [dataclasses.replace(j, arrival_s=j.arrival_s + 1.8e9) for j in jobs]
+    at_zero = predict(jobs, "shockwave", nodes, 15.0, 0.0)["per_job"]
+    at_unix = predict(later, "shockwave", nodes, 15.0, 0.0)["per_job"]
+    assert [round(r["jct_s"], 3) for r in at_zero] == [round(r["jct_s"], 3) for r in at_unix]
 
 
 def test_empty_snapshot():

@@ -16,8 +16,14 @@ Per round (`allocate`):
    the reference). First attempt: the market with the FTF bounds and weights `w_j`; if
    infeasible (or no solution in time), the relaxed market with priorities
    `min(cap, w_j rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish
-   within a round; `w_j` for the others). "now" is the snapshot's clock (the reference uses
-   round count x L).
+   within a round; `w_j` for the others). Fairness ratios: `rho_j = (now + R_j/share) / F_j`
+   with now and target counted from the submission of the oldest job the policy holds
+   (`clock_origin`), so that a plan does not depend on where the clock starts. The reference
+   counts from the simulation's start (round count x L), which is that origin in a simulation
+   whose first job arrives at 0 while it runs; the daemon's clock is Unix time, against which
+   every ratio was 1 (until 2026-11-28: priorities `rho ** lam` all 1 live, the simulated view
+   of the live benchmark's workload family 0.851x native's worst rho for 0.769x at clock 0).
+   With `rhomax` 1 the FTF bounds do not depend on the origin.
 4. The chosen rounds per job are laid out in the window's rounds, each round holding only what
    `placement` can place on the snapshot's nodes, in priority order: jobs behind target that
    cannot fit beside the jobs planned for every round first, then those, then highest priority
@@ -72,6 +78,13 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
     vals = np.asarray([f for _, f in series])
     avg = float(vals[0]) if gaps.sum() <= 0 else exact_dot(gaps / gaps.sum(), vals)
     return momentum * avg + (1.0 - momentum) * float(vals[-1])
+
+
+def fairness_ratio(now_s: Any, left_s: Any, target_s: Any) -> Any:
+    """Projected finish over fairness target, both counted from the same origin: `now_s` plus
+    `left_s` (the remaining time at the job's fair share) over `target_s` (target at least
+    1e-9 s). Scalars or arrays."""
+    return (now_s + left_s) / np.maximum(target_s, 1e-9)
 
 
 def work_weights(work: np.ndarray, exponent: float) -> np.ndarray:
@@ -163,14 +176,20 @@ class Shockwave:
     def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]) -> Callable[[int], float]:
         N = len(snap.jobs)
         share = min(1.0, snap.gpus / N)
+        origin = self.clock_origin()
 
         def key(j: int) -> float:
             ser = self.series.get(j)
             if not ser:
                 return 0.0
             tgt = fairness_target(ser, snap.round_index, self.config.momentum)
-            return -(snap.now + fc[j].remaining_s / share) / max(tgt, 1e-9)
+            return -fairness_ratio(snap.now - origin, fc[j].remaining_s / share, tgt - origin)
         return key
+
+    def clock_origin(self) -> float:
+        """Where the fairness ratios count time from: the submission of the oldest job the policy
+        holds (module docstring, "Fairness ratios")."""
+        return min(self.submit.values())
 
     # ------------------------------------------------------------------ one re-solve
     def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], update_series: bool
@@ -201,7 +220,8 @@ class Shockwave:
             dbar = np.where(after >= 1, R / np.maximum(after, 1), dbar)
             dbar = np.maximum(dbar, 1.0)
         T = cfg.future_rounds
-        rho = (snap.now + R / share) / np.maximum(target, 1e-9)
+        origin = self.clock_origin()
+        rho = fairness_ratio(snap.now - origin, R / share, target - origin)
         weight = work_weights(R * gang, cfg.work_exponent)
         prio = np.ones(N)
         behind = rho > cfg.rhomax
@@ -231,7 +251,7 @@ class Shockwave:
             return solve(MarketInput(priority=priority, f_lower=f_lower, **base))
 
         # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
-        slack = share * (cfg.rhomax * target - (snap.now + T * L))
+        slack = share * (cfg.rhomax * (target - origin) - (snap.now - origin + T * L))
         f_lower = (R - slack) / np.maximum(E * dbar, 1e-9)
         need = np.ceil(E * dbar / L * np.maximum(f_lower, 0) - 1e-9)
         trivially_infeasible = (np.any(slack < 0) or np.any(f_lower > 1 - e / E + 1e-9)
