@@ -183,7 +183,8 @@ class Shockwave:
             if not ser:
                 return 0.0
             tgt = fairness_target(ser, snap.round_index, self.config.momentum)
-            return -fairness_ratio(snap.now - origin, fc[j].remaining_s / share, tgt - origin)
+            return -float(fairness_ratio(snap.now - origin, fc[j].remaining_s / share,
+                                        tgt - origin))
         return key
 
     def clock_origin(self) -> float:
