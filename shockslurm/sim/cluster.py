@@ -300,8 +300,13 @@ class SimulatedCluster:
 
     def _view(self, job: SimJob) -> JobView:
         s = job.spec
-        sizes, durations = (s.declared_profile() if self.declared_profile
-                            else (s.batch_sizes, s.epoch_durations))
+        sizes: Sequence[int]
+        durations: Sequence[float]
+        if self.declared_profile:
+            sizes, durations = s.declared_profile()
+            exclusive_s = s.declared_epoch_s * s.num_epochs
+        else:
+            sizes, durations, exclusive_s = s.batch_sizes, s.epoch_durations, s.exclusive_runtime_s
         return JobView(
             job_id=s.job_id, gang_size=s.gang_size, arrival_s=s.arrival_s,
             num_epochs=s.num_epochs, epochs_done=job.epochs_done, batch_size=job.batch_size,
@@ -309,9 +314,7 @@ class SimulatedCluster:
             iterations_per_epoch=job.iterations_per_epoch,
             observed_batch_sizes=job.observed_batch_sizes,
             profile_batch_sizes=sizes, profile_epoch_durations=durations,
-            exclusive_runtime_s=(s.declared_epoch_s * s.num_epochs if self.declared_profile
-                                 else s.exclusive_runtime_s),
-            run_time_s=job.run_time_s,
+            exclusive_runtime_s=exclusive_s, run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
 
 

@@ -222,7 +222,8 @@ class Shockwave:
             dbar = np.maximum(dbar, 1.0)
         T = cfg.future_rounds
         origin = self.clock_origin()
-        rho = fairness_ratio(snap.now - origin, R / share, target - origin)
+        now_s, target_s = snap.now - origin, target - origin     # counted from the origin
+        rho = fairness_ratio(now_s, R / share, target_s)
         weight = work_weights(R * gang, cfg.work_exponent)
         prio = np.ones(N)
         behind = rho > cfg.rhomax
@@ -252,7 +253,7 @@ class Shockwave:
             return solve(MarketInput(priority=priority, f_lower=f_lower, **base))
 
         # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
-        slack = share * (cfg.rhomax * (target - origin) - (snap.now - origin + T * L))
+        slack = share * (cfg.rhomax * target_s - (now_s + T * L))
         f_lower = (R - slack) / np.maximum(E * dbar, 1e-9)
         need = np.ceil(E * dbar / L * np.maximum(f_lower, 0) - 1e-9)
         trivially_infeasible = (np.any(slack < 0) or np.any(f_lower > 1 - e / E + 1e-9)
