@@ -282,7 +282,6 @@ class Snapshot:
     round_s: float
     gpus: int
     jobs: tuple[JobView, ...]
-    restart_overhead_s: float = 0.0
     nodes: tuple[Node, ...] = ()
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
     reserved: Mapping[str, int] = field(default_factory=dict)

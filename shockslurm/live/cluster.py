@@ -97,7 +97,7 @@ class SlurmCluster(EventPolling):
                  registry: SpecRegistry | None = None,
                  progress_source: ProgressSource | None = None,
                  journal: Journal | None = None, round_s: float = PolicySettings.round_s,
-                 restart_overhead_s: float = 0.0, stop_when_idle: bool = False,
+                 stop_when_idle: bool = False,
                  churn: en.ChurnLimits | None = None,
                  stop_history: StopHistorySource | None = None,
                  ledger: StopLedger | None = None,
@@ -116,7 +116,6 @@ class SlurmCluster(EventPolling):
         self.registry = registry
         self.progress_source = progress_source or RunTimeProgress()
         self.round_s = float(round_s)
-        self.restart_overhead_s = float(restart_overhead_s)
         self.stop_when_idle = stop_when_idle
         self.churn = churn if churn is not None else en.ChurnLimits.for_round(self.round_s)
         if stop_history is None and hasattr(self.progress_source, "stop_history"):
@@ -314,8 +313,7 @@ class SlurmCluster(EventPolling):
                       and (j.slurm.job_id, j.slurm.submit_time) not in self.bad_specs)
         layout = self.layout or Layout(())
         return Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
-                        jobs=views, restart_overhead_s=self.restart_overhead_s,
-                        nodes=layout.nodes, placements=dict(layout.placements),
+                        jobs=views, nodes=layout.nodes, placements=dict(layout.placements),
                         reserved=dict(layout.reserved))
 
     def _measure_unplaceable(self, jobs: Sequence[SlurmJob], now: float) -> None:

@@ -118,8 +118,7 @@ class SimulatedCluster:
         views = tuple(self._view(j) for j in self._active.values())
         placements = {j: s for j, s in self._where.items() if j in self._active}
         return Snapshot(now=now, round_index=self._rounds_dispatched, round_s=self.round_s,
-                        gpus=self.gpus, jobs=views, restart_overhead_s=self.restart_overhead_s,
-                        nodes=self.nodes, placements=placements)
+                        gpus=self.gpus, jobs=views, nodes=self.nodes, placements=placements)
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
