@@ -215,12 +215,27 @@ class JobSpec:
         passes it): the first epoch's."""
         return self.epoch_durations[0]
 
-    def declared_profile(self) -> tuple[RunLength, RunLength]:
-        """The per-epoch profile (batch sizes, durations) as the live daemon knows it from what
-        `shocksub` declares, the number of epochs, the initial batch size and
-        `declared_epoch_s`: every epoch at those."""
-        return (RunLength.repeat(self.initial_batch_size, self.num_epochs),
-                RunLength.repeat(self.declared_epoch_s, self.num_epochs))
+    def declared_profile(self) -> EpochProfile:
+        """The job as the live daemon knows it from what `shocksub` declares: the number of
+        epochs, the initial batch size and `declared_epoch_s`."""
+        return EpochProfile.declared(self.initial_batch_size, self.declared_epoch_s, self.num_epochs)
+
+
+@dataclass(frozen=True)
+class EpochProfile:
+    """A job's per-epoch batch sizes and exclusive durations as a policy is told them, with
+    their total: the workload's profile in the simulator, or (`declared`) what a submission
+    declares, which the live daemon and the simulator's `declared_profile` view plan with."""
+
+    batch_sizes: Sequence[int]
+    epoch_durations: Sequence[float]
+    exclusive_runtime_s: float
+
+    @classmethod
+    def declared(cls, batch_size: int, epoch_s: float, epochs: int) -> EpochProfile:
+        """Every epoch at one batch size and one duration (`shocksub` declares those)."""
+        return cls(RunLength.repeat(batch_size, epochs), RunLength.repeat(epoch_s, epochs),
+                   epoch_s * epochs)
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,10 @@ def test_a_declared_profile_is_what_the_policy_sees_not_how_the_job_runs() -> No
     # policy sees 4 epochs at 10 of the first epoch's 100 s; the job still runs by its profile.
     spec = make_spec(epochs=4, schedule=[10, 10, 20, 20], samples=1000,
                      throughput={10: 1.0, 20: 1.0})
-    sizes, durations = spec.declared_profile()
-    assert tuple(sizes) == (10,) * 4 and tuple(durations) == (100.0,) * 4
+    profile = spec.declared_profile()
+    assert tuple(profile.batch_sizes) == (10,) * 4
+    assert tuple(profile.epoch_durations) == (100.0,) * 4
+    assert profile.exclusive_runtime_s == 400.0
     assert spec.exclusive_runtime_s == pytest.approx(300.0)
     seen = {}
     for declared in (False, True):

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from ..model import JobView, RunLength
+from ..model import EpochProfile, JobView, RunLength
 from .specs import LiveSpec
 from ..slurm.types import JobState, SlurmJob
 
@@ -70,13 +70,13 @@ def job_view(job: SlurmJob, spec: LiveSpec, prog: Progress, epoch_s: float,
            and prog.iterations_per_s > 0 else iters_per_epoch / epoch_s)
     observed = (prog.observed_batch_sizes if prog.observed_batch_sizes is not None
                 else RunLength.repeat(prog.batch_size, int(prog.epochs_done)))
+    declared = EpochProfile.declared(spec.batch_size, epoch_s, spec.epochs)
     return JobView(
         job_id=job.job_id, gang_size=gang, arrival_s=job.submit_time,
         num_epochs=spec.epochs, epochs_done=prog.epochs_done, batch_size=prog.batch_size,
         iterations_per_s=ips, remaining_iterations=remaining,
         iterations_per_epoch=iters_per_epoch,
         observed_batch_sizes=observed,
-        profile_batch_sizes=RunLength.repeat(spec.batch_size, spec.epochs),
-        profile_epoch_durations=RunLength.repeat(epoch_s, spec.epochs),
-        exclusive_runtime_s=epoch_s * spec.epochs, run_time_s=run_time_s,
+        profile_batch_sizes=declared.batch_sizes, profile_epoch_durations=declared.epoch_durations,
+        exclusive_runtime_s=declared.exclusive_runtime_s, run_time_s=run_time_s,
         ran_last_round=job.state is JobState.RUNNING)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..churn_rules import ChurnLimits, bound_run, early_stop_reason, idle_stops
-from ..model import JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
+from ..model import EpochProfile, JobSpec, JobView, Node, NodeShares, RoundPlan, Snapshot, pool
 from ..node_book import NodeBook
 from ..placement import moved_jobs
 from ..plan_on_nodes import fit_on_nodes, free_after, place_around, place_plan
@@ -299,21 +299,17 @@ class SimulatedCluster:
 
     def _view(self, job: SimJob) -> JobView:
         s = job.spec
-        sizes: Sequence[int]
-        durations: Sequence[float]
-        if self.declared_profile:
-            sizes, durations = s.declared_profile()
-            exclusive_s = s.declared_epoch_s * s.num_epochs
-        else:
-            sizes, durations, exclusive_s = s.batch_sizes, s.epoch_durations, s.exclusive_runtime_s
+        profile = (s.declared_profile() if self.declared_profile
+                   else EpochProfile(s.batch_sizes, s.epoch_durations, s.exclusive_runtime_s))
         return JobView(
             job_id=s.job_id, gang_size=s.gang_size, arrival_s=s.arrival_s,
             num_epochs=s.num_epochs, epochs_done=job.epochs_done, batch_size=job.batch_size,
             iterations_per_s=job.throughput, remaining_iterations=float(job.remaining_iterations),
             iterations_per_epoch=job.iterations_per_epoch,
             observed_batch_sizes=job.observed_batch_sizes,
-            profile_batch_sizes=sizes, profile_epoch_durations=durations,
-            exclusive_runtime_s=exclusive_s, run_time_s=job.run_time_s,
+            profile_batch_sizes=profile.batch_sizes,
+            profile_epoch_durations=profile.epoch_durations,
+            exclusive_runtime_s=profile.exclusive_runtime_s, run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
 
 

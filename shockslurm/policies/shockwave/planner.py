@@ -156,6 +156,7 @@ class Shockwave:
             return RoundPlan(frozenset(), {"resolved": False, "solve_s": 0.0, "status": "idle",
                                            "objective": 0.0, "relaxed": False})
         fc = {v.job_id: forecast(v, self.states[v.job_id]) for v in snapshot.jobs}
+        origin = self.clock_origin()
         offset = snapshot.round_index - self.plan_round
         resolve = (self.last_solve_round is None or bool(arrived) or bool(left)
                    or snapshot.round_index - self.last_solve_round >= cfg.resolve_every
@@ -163,20 +164,20 @@ class Shockwave:
         info: dict[str, Any] = {"resolved": resolve, "solve_s": 0.0, "status": "replay",
                       "objective": float("nan"), "relaxed": False}
         if resolve:
-            info.update(self._resolve(snapshot, fc, update_series=bool(arrived or left)
+            info.update(self._resolve(snapshot, fc, origin, update_series=bool(arrived or left)
                                       or self.last_solve_round is None))
             offset = snapshot.round_index - self.plan_round
         chosen = [j for j in self.plan[offset] if j in ids] if 0 <= offset < len(self.plan) else []
-        key = (self._rho_key(snapshot, fc) if cfg.fill_order == "rho"
+        key = (self._rho_key(snapshot, fc, origin) if cfg.fill_order == "rho"
                else (lambda j: -fc[j].remaining_s))
         run = self._fill(snapshot, chosen, key)
         info.update(plan_gpus_for_round(snapshot, chosen, run))
         return RoundPlan(frozenset(run), info)
 
-    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]) -> Callable[[int], float]:
+    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast], origin: float
+                 ) -> Callable[[int], float]:
         N = len(snap.jobs)
         share = min(1.0, snap.gpus / N)
-        origin = self.clock_origin()
 
         def key(j: int) -> float:
             ser = self.series.get(j)
@@ -193,8 +194,8 @@ class Shockwave:
         return min(self.submit.values())
 
     # ------------------------------------------------------------------ one re-solve
-    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], update_series: bool
-                 ) -> dict[str, Any]:
+    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], origin: float,
+                 update_series: bool) -> dict[str, Any]:
         cfg = self.config
         t0 = time.perf_counter()
         views = snap.jobs
@@ -221,7 +222,6 @@ class Shockwave:
             dbar = np.where(after >= 1, R / np.maximum(after, 1), dbar)
             dbar = np.maximum(dbar, 1.0)
         T = cfg.future_rounds
-        origin = self.clock_origin()
         now_s, target_s = snap.now - origin, target - origin     # counted from the origin
         rho = fairness_ratio(now_s, R / share, target_s)
         weight = work_weights(R * gang, cfg.work_exponent)
