@@ -336,6 +336,24 @@ def test_ratios_to_native_are_paired_by_repeat():
     assert "| shockwave | 0.946 (0.850-0.974) |" in table
 
 
+def test_a_slow_replay_is_predicted_and_an_impossible_one_refused_clearly() -> None:
+    # At time scale 1 some iterations of the default workload last over a second: the native
+    # arm's 1 s rounds keep each running job's part-done iteration (before, a traceback). Rounds
+    # of 0.5 s under time scale 20 give no job a whole iteration in its shortest run.
+    from click.testing import CliRunner
+
+    from shockslurm.cli.main import cli
+
+    base = ["bench", "live", "--simulate-only", "--cluster", "4x8"]
+    slow = CliRunner().invoke(cli, base + ["--arms", "native", "--time-scale", "1"])
+    assert slow.exit_code == 0, slow.output
+    assert "worst rho" in slow.output
+    bad = CliRunner().invoke(cli, base + ["--arms", "shockwave", "--time-scale", "20",
+                                          "--round-seconds", "0.5"])
+    assert bad.exit_code == 1 and "Traceback" not in bad.output
+    assert "cannot simulate the workload: job" in bad.output and "never finish" in bad.output
+
+
 def test_repeat_is_refused_for_a_simulation(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

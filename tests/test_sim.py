@@ -407,3 +407,49 @@ def test_a_job_slower_than_one_iteration_per_round_is_refused_not_simulated_fore
     slow = make_spec(epochs=3, bs=32, samples=64, throughput={32: 1e-4})
     with pytest.raises(ValueError, match=r"job 0: 0.0001 iterations/s at batch size 32"):
         simulate([slow], "fifo", SimConfig(gpus=1))
+
+
+# ---------------------------------------------------------------- partial iterations kept
+def _pool(round_s: float, **kwargs) -> SimConfig:
+    return SimConfig(gpus=2, restart_overhead_s=0.0, settings=PolicySettings(round_s=round_s),
+                     **kwargs)
+
+
+def test_a_job_slower_than_a_round_is_refused_unless_partial_iterations_are_kept() -> None:
+    # 2 s iterations in 1 s rounds (bench live's native prediction of a slow replay)
+    slow = make_spec(epochs=2, bs=100, samples=500, ips=0.5)       # 10 iterations: 20 s
+    with pytest.raises(ValueError, match="job 0: 0.5 iterations/s .* 1 s round"):
+        simulate([slow], "fifo", _pool(1.0))
+    kept = simulate([slow], "fifo", _pool(1.0, keep_partial_iterations=True))
+    assert _outcome(kept, 0).completion_s == pytest.approx(20.0)
+    assert kept.as_dict()["keep_partial_iterations"] is True
+
+
+def test_whole_iterations_per_round_slow_a_job_beside_a_faster_one_unless_kept() -> None:
+    # The round ends when its longest run does (the fast job's 1 s); the slow job's 1.5
+    # iterations a second count as one a round unless its part-done iteration is kept.
+    slow = make_spec(0, epochs=1, bs=10, samples=300, ips=1.5)     # 30 iterations: 20 s
+    fast = make_spec(1, epochs=1, bs=10, samples=4000, ips=100.0)  # 400 iterations: 4 s
+    long_fast = make_spec(2, epochs=1, bs=10, samples=40000, ips=100.0, arrival=0.0)
+    jobs = [slow, fast, long_fast]
+    whole = simulate(jobs, "fifo", SimConfig(gpus=3, restart_overhead_s=0.0,
+                                            settings=PolicySettings(round_s=1.0)))
+    kept = simulate(jobs, "fifo", SimConfig(gpus=3, restart_overhead_s=0.0,
+                                           settings=PolicySettings(round_s=1.0),
+                                           keep_partial_iterations=True))
+    assert _outcome(whole, 0).completion_s == pytest.approx(30.0, abs=0.5)
+    assert _outcome(kept, 0).completion_s == pytest.approx(20.0, abs=1e-6)
+    assert _outcome(kept, 2).completion_s == pytest.approx(40.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_round_cut_by_an_arrival_keeps_the_iteration_in_progress_only_when_asked(
+        keep: bool) -> None:
+    # Live-like rounds: job 1 arrives at 3.3 s and fits the idle GPU, so the round is cut
+    # there; job 0 (2 s iterations) runs on, 1.3 s into its second iteration.
+    runner = make_spec(0, epochs=2, bs=100, samples=500, ips=0.5)  # 20 s alone
+    arrival = make_spec(1, epochs=1, bs=100, samples=100, ips=1.0, arrival=3.3)
+    result = simulate([runner, arrival], "fifo",
+                      _pool(15.0, fill_on_completion=True, keep_partial_iterations=keep))
+    assert any(abs(r.start_s - 3.3) < 1e-9 for r in result.rounds)      # the cut
+    assert _outcome(result, 0).completion_s == pytest.approx(20.0 if keep else 21.3)

@@ -158,13 +158,18 @@ def _run_arms(arms: list[str], jobs: list[JobSpec], nodes: tuple[Node, ...],
                                  options=options.get(arm))
             except ShockslurmError as exc:
                 raise click.ClickException(f"arm {arm}: {exc}") from None
-            simulated = predict(jobs, arm, nodes, settings.round_seconds,
-                                measured_switch_s(result), options.get(arm))
+            try:
+                simulated = predict(jobs, arm, nodes, settings.round_seconds,
+                                    measured_switch_s(result), options.get(arm))
+            except ValueError as exc:      # the live run is kept; its prediction is not there
+                simulated = {"error": str(exc)}
+                click.echo(f"warning: arm {arm}: no simulated prediction: {exc}", err=True)
             result.update(repeat=index, simulated=simulated)
             results.append(result)
             click.echo(f"{arm} (run {index} of {repeat}): makespan {result.get('makespan_s')} "
                        f"s, avg JCT {result.get('avg_jct_s')} s (simulated "
-                       f"{simulated['makespan_s']} / {simulated['avg_jct_s']})", err=True)
+                       f"{simulated.get('makespan_s', '-')} / {simulated.get('avg_jct_s', '-')})",
+                       err=True)
             if repeat > 1:
                 document.update(medians=arm_medians(results), ratios=paired_ratios(results))
             if json_out is not None:
@@ -225,9 +230,12 @@ def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...]
     from ..livebench.report import markdown_table, predict
 
     gpus = sum(n.gpus for n in nodes)
-    results = [{"arm": arm, "simulated": predict(jobs, arm, nodes, round_s, restart_overhead_s,
-                                                 options.get(arm))}
-               for arm in arms]
+    try:
+        results = [{"arm": arm, "simulated": predict(jobs, arm, nodes, round_s,
+                                                     restart_overhead_s, options.get(arm))}
+                   for arm in arms]
+    except ValueError as exc:
+        raise click.ClickException(f"cannot simulate the workload: {exc}") from None
     bounds = _bounds(jobs, gpus)
     if json_out is not None:
         json_out.write_text(json.dumps({"bounds": bounds, "round_seconds": round_s,

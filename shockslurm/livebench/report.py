@@ -9,6 +9,9 @@ live cluster's node shape:
   arrival fits the idle GPUs), and the policy knowing each job as the daemon does
   (`declared_profile`: what `shocksub` declares, every epoch at the initial batch size and the
   first epoch's duration, not the workload's per-epoch profile; the jobs still run by it);
+- both: a job that runs on into the next round keeps its part-done iteration
+  (`keep_partial_iterations`), as a live job does, so that a workload replayed slowly (long
+  iterations next to the native arm's 1 s rounds) is predicted, not refused;
 - `native`: the simulator's Slurm-like FIFO with EASY backfill (`fifo`), in `NATIVE_ROUND_S`
   rounds (Slurm starts a job within about a second of its resources freeing) and no restart
   overhead (nothing is ever stopped).
@@ -53,7 +56,7 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                               min_resolve_interval_s=0.0, idle_unallocated=False)
     config = SimConfig.for_nodes(nodes, restart_overhead_s=0.0 if native else restart_overhead_s,
                                  settings=settings, fill_on_completion=not native,
-                                 declared_profile=not native)
+                                 declared_profile=not native, keep_partial_iterations=True)
     result = simulate(jobs, "fifo" if native else arm, config,
                       policy_options=None if native else (options or None))
     out: dict[str, object] = {k: round(v, 4) if isinstance(v, float) else v

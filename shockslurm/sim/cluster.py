@@ -34,6 +34,14 @@ Restarts are charged as they happen live: a restarted run spends its first
 `restart_overhead_s` without progress whatever its length (a run cut during it owes the rest in
 the next round), instead of the reference's full-round-only rule.
 
+`keep_partial_iterations` (off by default; the reference counts whole iterations per round): a
+job that runs on into the next round, on the same nodes, keeps the part of an iteration it had
+done when the round ended, as a live job, which never notices a round boundary, does; a run that
+does not end holds its GPUs for the whole round. A stopped or moved job loses that part. Whole
+iterations per round cost a job up to one iteration a round: nothing while iterations are short
+next to the rounds, but a job slower than one iteration a round would never end (the simulator
+refuses such a workload unless this is on).
+
 `declared_profile` (off by default): the policy sees each job as the live daemon does, from
 what `shocksub` declares (`JobSpec.declared_profile`: every epoch at the initial batch size and
 the first epoch's duration), not its per-epoch profile; the job still runs by its profile, and
@@ -63,6 +71,7 @@ class Dispatch:
     run: Run                      # the work planned for the round (`SimJob.plan_run`)
     finish_s: float
     overhead_s: float = 0.0       # fill_on_completion: restart time at the start of the run
+    carry_s: float = 0.0          # keep_partial_iterations: the iteration's part done before it
 
 
 @dataclass
@@ -76,6 +85,7 @@ class SimulatedCluster:
     fill_on_completion: bool = False
     churn: ChurnLimits | None = None      # the daemon's churn bounds (live-like rounds)
     declared_profile: bool = False        # views carry the declared spec, not the profile
+    keep_partial_iterations: bool = False # a run going on keeps its iteration in progress
     sim_jobs: dict[int, SimJob] = field(init=False)
     gpu_seconds_used: float = field(init=False, default=0.0)
     demand_timeline: list[tuple[float, int]] = field(init=False, default_factory=list)
@@ -102,6 +112,8 @@ class SimulatedCluster:
         self._rounds_dispatched = 0
         self._overhead_left: dict[int, float] = {}      # fill: restart time a cut run still owes
         self._run_start: dict[int, float] = {}          # churn: when each current run began
+        self._carry: dict[int, float] = {}              # keep_partial_iterations: each run's
+                                                        # part-done iteration at the round's end
 
     # ------------------------------------------------------------------ Cluster protocol
     def observe(self, now: float) -> Snapshot:
@@ -138,9 +150,29 @@ class SimulatedCluster:
         for job_id in sorted(plan.run):
             job = self._active[job_id]
             overhead = self._restart_s(job_id) if self.fill_on_completion else 0.0
-            run = job.plan_run(max(0.0, self.round_s - overhead))
-            self._running.append(Dispatch(job_id, run, now + overhead + run.seconds, overhead))
+            self._running.append(self._dispatch(job, now, overhead))
+        self._carry = {}
         self._rounds_dispatched += 1
+
+    def _dispatch(self, job: SimJob, now: float, overhead_s: float) -> Dispatch:
+        """The job's run in the round starting `now` after `overhead_s` of restart: whole
+        iterations in what is left of the round, or (`keep_partial_iterations`) counted from
+        the part of an iteration a run going on brings with it, the GPUs held to the round's
+        end unless the job ends first."""
+        span = max(0.0, self.round_s - overhead_s)
+        going_on = job.spec.job_id in self._previous and job.spec.job_id not in self._moved
+        carry = self._carry.get(job.spec.job_id, 0.0) if going_on else 0.0
+        run = job.plan_run(span + carry)
+        held = (run.seconds - carry if run.completes or not self.keep_partial_iterations
+                else span)
+        return Dispatch(job.spec.job_id, run, now + overhead_s + max(0.0, held), overhead_s,
+                        carry)
+
+    def _keep_carry(self, d: Dispatch, exec_s: float, done: Run) -> None:
+        """keep_partial_iterations: the part of an iteration `d`'s job had done when its run
+        of `exec_s` useful seconds, whose whole iterations are `done`, was accounted."""
+        if self.keep_partial_iterations and not done.completes:
+            self._carry[d.job_id] = max(0.0, exec_s + d.carry_s - done.seconds)
 
     def next_round_start(self, now: float, round_s: float) -> float:
         if self._running:
@@ -263,9 +295,11 @@ class SimulatedCluster:
             job = self._active[d.job_id]
             end = min(d.finish_s, now)
             exec_s = max(0.0, end - self._round_start - d.overhead_s)
-            done = d.run if d.finish_s <= now else d.run.within(exec_s, job.spec.throughput)
+            done = (d.run if d.finish_s <= now
+                    else d.run.within(exec_s + d.carry_s, job.spec.throughput))
             if end - self._round_start < d.overhead_s:
                 self._overhead_left[d.job_id] = d.overhead_s - (end - self._round_start)
+            self._keep_carry(d, exec_s, done)
             job.record_run(done, exec_s, end)
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:
@@ -286,6 +320,7 @@ class SimulatedCluster:
                 lost = min(self.restart_overhead_s, exec_s)   # an overhead >= the round: no work
                 done = _less(done, exec_s, lost, job.spec.throughput)
                 exec_s -= lost
+            self._keep_carry(d, exec_s, done)
             job.record_run(done, exec_s, d.finish_s)
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:

@@ -27,6 +27,7 @@ class SimConfig:
     nodes: tuple[Node, ...] = ()
     fill_on_completion: bool = False    # live-like rounds (`SimulatedCluster`); off: reference
     declared_profile: bool = False      # the policy sees the spec as shocksub declares it (live)
+    keep_partial_iterations: bool = False   # a run going on keeps its part-done iteration (live)
 
     @property
     def round_s(self) -> float:
@@ -90,6 +91,8 @@ class SimResult:
             out["fill_on_completion"] = True
         if self.config.declared_profile:
             out["declared_profile"] = True
+        if self.config.keep_partial_iterations:
+            out["keep_partial_iterations"] = True
         out.update(self.extra)
         return out
 
@@ -110,15 +113,18 @@ class _Recorder:
             self._progress(sum(j.done for j in jobs) / len(jobs))
 
 
-def _check_pace(jobs: Sequence[JobSpec], round_s: float) -> None:
+def _check_pace(jobs: Sequence[JobSpec], seconds: float, span: str = "round") -> None:
     """A job that cannot finish one iteration in a round at some batch size would never end
-    (the simulator counts whole iterations): refuse the workload, naming the job."""
+    (the simulator counts whole iterations per round): refuse the workload, naming the job.
+    With `keep_partial_iterations` a job that runs on keeps its part-done iteration, so the
+    check is against the shortest run the churn bounds give a job (none without them: a policy
+    that stopped a job before each of its iterations ended would never let it finish, as live)."""
     for job in jobs:
         for batch_size, rate in sorted(job.throughput.items()):
-            if rate * round_s < 1:
+            if rate * seconds < 1:
                 raise ValueError(f"job {job.job_id}: {rate:g} iterations/s at batch size "
-                                 f"{batch_size} is less than one iteration in a {round_s:g} s "
-                                 "round; it would never finish")
+                                 f"{batch_size} is less than one iteration in a {seconds:g} s "
+                                 f"{span}; it would never finish")
 
 
 def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
@@ -128,15 +134,19 @@ def simulate(jobs: Sequence[JobSpec], policy: str, config: SimConfig, *,
     `policy_options` are the policy's keyword arguments (e.g. ShockwaveConfig fields)."""
     if not jobs:
         raise ValueError("the workload has no jobs")
-    _check_pace(jobs, config.round_s)
+    churn = ChurnLimits.for_round(config.round_s) if config.fill_on_completion else None
+    if not config.keep_partial_iterations:
+        _check_pace(jobs, config.round_s)
+    elif churn is not None:         # a run lasts at least that long unless the job ends
+        _check_pace(jobs, churn.min_run_seconds, "run (the churn bounds' shortest)")
     t0 = time.perf_counter()
     cluster = SimulatedCluster(config.gpus, jobs, round_s=config.round_s,
                                restart_overhead_s=config.restart_overhead_s,
                                adaptation=config.adaptation, nodes=config.nodes,
                                fill_on_completion=config.fill_on_completion,
                                declared_profile=config.declared_profile,
-                               churn=(ChurnLimits.for_round(config.round_s)
-                                      if config.fill_on_completion else None))
+                               keep_partial_iterations=config.keep_partial_iterations,
+                               churn=churn)
     settings = replace(config.settings, options=tuple(sorted((policy_options or {}).items())))
     recorder = _Recorder(cluster, progress)
     loop = RoundLoop(cluster, make_policy(policy, settings), VirtualClock(0.0), config.round_s,
