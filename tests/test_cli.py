@@ -87,10 +87,14 @@ def test_simulate_fill_on_completion(tmp_path) -> None:
                                       "--fill-on-completion", "--no-progress", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "freed GPUs filled at once" in result.output
-    assert json.loads(out.read_text())["fill_on_completion"] is True
+    live_like = json.loads(out.read_text())
+    assert live_like["fill_on_completion"] is True
+    assert live_like["keep_partial_iterations"] is True      # live jobs never notice a round
     plain = CliRunner().invoke(cli, ["simulate", "--policy", "fifo", "--gpus", "8",
                                      "--no-progress", "--json", str(out)])
-    assert plain.exit_code == 0 and "fill_on_completion" not in json.loads(out.read_text())
+    assert plain.exit_code == 0
+    assert {"fill_on_completion", "keep_partial_iterations"}.isdisjoint(
+        json.loads(out.read_text()))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -121,9 +121,10 @@ def format_table(results: list[SimResult]) -> str:
               help="Seconds lost by a job that runs after not running in the previous round.")
 @click.option("--fill-on-completion/--round-boundaries", default=False, show_default=True,
               help="--fill-on-completion simulates the live daemon's event-driven rounds: GPUs a "
-                   "finishing job frees are re-planned at once when jobs wait (and restarts "
-                   "cost their overhead whatever the run's length). The default follows the "
-                   "reference simulator: jobs start only at round boundaries.")
+                   "finishing job frees are re-planned at once when jobs wait (restarts cost "
+                   "their overhead whatever the run's length, and a job that runs on keeps its "
+                   "part-done iteration). The default follows the reference simulator: jobs "
+                   "start only at round boundaries, in whole iterations per round.")
 @click.option("--adaptation", type=click.Choice(("auto",) + ADAPTATION_MODES), default="auto",
               show_default=True,
               help="How simulated jobs change batch size: 'reference' follows the reference "
@@ -180,7 +181,8 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
             adaptation = "reference" if trace is not None and not is_jsonl(trace) else "profile"
         config = SimConfig(gpus=_gpus(nodes, gpus, trace), restart_overhead_s=restart_overhead,
                            adaptation=adaptation, nodes=nodes, settings=settings,
-                           fill_on_completion=fill_on_completion)
+                           fill_on_completion=fill_on_completion,
+                           keep_partial_iterations=fill_on_completion)
         results = [_simulate(jobs, name, config, per_policy[name], progress) for name in names]
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None

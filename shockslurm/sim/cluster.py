@@ -23,7 +23,8 @@ the live daemon's event-driven rounds (`event_poll_seconds`). A round ends early
 a dispatched job finishes while other jobs wait (active and not dispatched, or arrived by then),
 or a job arrives whose gang the GPUs idle at that moment can place (no running job is in the
 way), and the next round is a normal round from that moment: the jobs still running are cut there
-(their progress so far is kept, and they are not restarted if the next plan keeps them).
+(their progress so far is kept, whole iterations unless `keep_partial_iterations`, and they are
+not restarted if the next plan keeps them).
 The daemon's churn bounds apply as they do live (`churn`, `churn_rules`: a running job the plan
 would stop or move keeps running where it runs while its current run is younger than 1.5 rounds
 or it is expected to end within two rounds; planned starts that no longer fit wait, latest
