@@ -265,6 +265,7 @@ def test_simulate_only_prints_each_arm_and_the_bounds_without_slurm(tmp_path: Pa
     assert [a["arm"] for a in doc["arms"]] == ["native", "shockwave"]
     native, shock = (a["simulated"] for a in doc["arms"])
     assert native["policy"] == "fifo" and shock["restart_overhead_s"] == 2.0
+    assert native["keep_partial_iterations"] and shock["keep_partial_iterations"]
     # no schedule beats the bounds
     assert shock["worst_rho"] >= doc["bounds"]["worst_rho"] - 1e-9
     assert native["avg_jct_s"] >= doc["bounds"]["avg_jct_s"] - 1e-9

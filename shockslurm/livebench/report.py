@@ -63,7 +63,8 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                               for k, v in result.metrics.as_dict().items()}
     out.update(policy=result.policy, round_s=config.round_s,
                restart_overhead_s=config.restart_overhead_s,
-               declared_profile=config.declared_profile)
+               declared_profile=config.declared_profile,
+               keep_partial_iterations=config.keep_partial_iterations)
     outcomes = sorted(result.outcomes, key=lambda o: o.job_id)
     rho = static_rho(outcomes, config.gpus, len(jobs))
     out["per_job"] = [{"job": o.job_id, "completion_s": round(o.completion_s, 2),
