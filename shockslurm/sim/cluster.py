@@ -143,7 +143,7 @@ class SimulatedCluster:
         self._moved = frozenset(j for j in plan.run if j in self._previous
                                 and self._where.get(j) != plan.placement[j])
         for j in plan.run:
-            if j not in self._previous or j in self._moved:
+            if not self._runs_on(j):
                 self._run_start[j] = now
         self._where = {j: tuple(plan.placement[j]) for j in plan.run}
         self._round_start = now
@@ -161,8 +161,7 @@ class SimulatedCluster:
         the part of an iteration a run going on brings with it, the GPUs held to the round's
         end unless the job ends first."""
         span = max(0.0, self.round_s - overhead_s)
-        going_on = job.spec.job_id in self._previous and job.spec.job_id not in self._moved
-        carry = self._carry.get(job.spec.job_id, 0.0) if going_on else 0.0
+        carry = self._carry.get(job.spec.job_id, 0.0) if self._runs_on(job.spec.job_id) else 0.0
         run = job.plan_run(span + carry)
         held = (run.seconds - carry if run.completes or not self.keep_partial_iterations
                 else span)
@@ -249,9 +248,14 @@ class SimulatedCluster:
         return RoundPlan(plan.run | frozenset(kept), {**plan.info, "idle_kept": list(kept)},
                          {**plan.placement, **{j: self._where[j] for j in kept}})
 
+    def _runs_on(self, job_id: int) -> bool:
+        """The job ran in the previous round and this round keeps it on the same nodes: it
+        goes on without a restart."""
+        return job_id in self._previous and job_id not in self._moved
+
     def _restart_s(self, job_id: int) -> float:
         """fill_on_completion: the restart time a run of `job_id` starting now spends first."""
-        if job_id in self._previous and job_id not in self._moved:
+        if self._runs_on(job_id):
             return self._overhead_left.get(job_id, 0.0)
         first_round = self._rounds_dispatched == 0
         return 0.0 if first_round else self.restart_overhead_s
@@ -315,8 +319,7 @@ class SimulatedCluster:
             job = self._active[d.job_id]
             exec_s = d.finish_s - self._round_start
             done = d.run
-            restarted = ((d.job_id not in self._previous or d.job_id in self._moved)
-                         and not first_round)
+            restarted = not self._runs_on(d.job_id) and not first_round
             if restarted and exec_s > self.round_s - FULL_ROUND_SLACK_S and self.restart_overhead_s:
                 lost = min(self.restart_overhead_s, exec_s)   # an overhead >= the round: no work
                 done = _less(done, exec_s, lost, job.spec.throughput)
