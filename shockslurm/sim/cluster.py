@@ -309,9 +309,7 @@ class SimulatedCluster:
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:
                 del self._active[d.job_id]
-        self._previous = frozenset(d.job_id for d in self._running)
-        self._where = {j: s for j, s in self._where.items() if j in self._previous}
-        self._running = []
+        self._close_round()
 
     def _complete_round(self) -> None:
         first_round = self._rounds_dispatched <= 1
@@ -329,10 +327,12 @@ class SimulatedCluster:
             self.gpu_seconds_used += exec_s * job.spec.gang_size
             if job.done:
                 del self._active[d.job_id]
-        if self._running:
-            self._previous = frozenset(d.job_id for d in self._running)
-        else:
-            self._previous = frozenset()
+        self._close_round()
+
+    def _close_round(self) -> None:
+        """After a round is accounted (cut or complete): its dispatched jobs are the previous
+        round's, only their nodes are remembered, and nothing runs until the next dispatch."""
+        self._previous = frozenset(d.job_id for d in self._running)
         self._where = {j: s for j, s in self._where.items() if j in self._previous}
         self._running = []
 
