@@ -289,7 +289,10 @@ class Snapshot:
     `reserved`, sum to `gpus`); empty means no node information, one pool of `gpus` GPUs where any
     gang up to `gpus` fits. `placements` says where each job
     that holds GPUs now sits (jobs not in it hold none); `reserved` the GPUs per node that jobs
-    outside the snapshot hold (another partition's, unmanaged ones).
+    outside the snapshot hold (another partition's, unmanaged ones). `pinned`: jobs released
+    to start that hold no GPUs yet, and the nodes they will start on (the live daemon's, whose
+    starts take Slurm a moment; none in the simulator, where a start is immediate); placement
+    keeps them there while those nodes have room.
     """
 
     now: float
@@ -300,11 +303,16 @@ class Snapshot:
     nodes: tuple[Node, ...] = ()
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
     reserved: Mapping[str, int] = field(default_factory=dict)
+    pinned: Mapping[int, NodeShares] = field(default_factory=dict)
 
     @property
     def cluster_nodes(self) -> tuple[Node, ...]:
         """The nodes, or one pool of `gpus` GPUs when the snapshot names none."""
         return self.nodes or pool(self.gpus)
+
+    def home(self, job_id: int) -> NodeShares | None:
+        """Where the job holds GPUs now, else the nodes it is pinned to, else None."""
+        return self.placements.get(job_id) or self.pinned.get(job_id)
 
     def job(self, job_id: int) -> JobView:
         for j in self.jobs:

@@ -9,7 +9,9 @@ the result depends only on its input:
    one node. A larger gang is *multi-node*: it takes whole free nodes (the largest first, as few
    as cover it) and no other gang shares them; the GPUs of its last node beyond the gang idle.
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
-   (multi-node gangs first, then by job id).
+   (multi-node gangs first, then by job id); so do planned jobs released to start on nodes
+   they do not hold yet (`pinned`: Slurm may be starting them there as the round reads, and
+   a job sent elsewhere then starts where it was pinned, on GPUs the plan gave another).
 3. The other planned jobs are placed: multi-node gangs first, then single-node gangs, largest
    first, each on the node with the fewest free GPUs that still fits it (best fit).
 4. If jobs are left over, three rearrangements are tried: (a) each left-over single-node gang
@@ -20,8 +22,9 @@ the result depends only on its input:
    multi-node gangs, then each node, the fullest first, filled with the single-node gangs
    whose sizes come closest to its free GPUs (a small knapsack: best fit largest first misses
    fits such as 4, 3, 3, 2, 2, 2 on two nodes of 8). Of rules 2-3, (a), (b) and (c), the one
-   that places the most planned GPUs wins, then the one that moves the fewest running jobs
-   (then that order). A running job placed elsewhere than it runs is `moved` (a restart).
+   that places the most planned GPUs wins, then the one that moves the fewest running jobs,
+   then the one that sends the fewest pinned jobs elsewhere (then that order). A running job
+   placed elsewhere than it runs is `moved` (a restart); a pinned one is not.
    A non-preemptive policy's plan tries only (c): its running jobs never move.
 5. Planned jobs still left over are `unplaced` and leave the plan. The GPUs they would have
    taken are not left to a stop they caused: jobs that hold GPUs now but are not in the plan
@@ -197,24 +200,28 @@ def _closest_sum(room: int, counts: Mapping[int, int]) -> list[int]:
 
 def place(nodes: Sequence[Node], gangs: Mapping[int, int],
           running: Mapping[int, NodeShares] | None = None,
-          reserved: Mapping[str, int] | None = None, *, moves: bool = True) -> Placement:
+          reserved: Mapping[str, int] | None = None, *, moves: bool = True,
+          pinned: Mapping[int, NodeShares] | None = None) -> Placement:
     """Place the planned gangs (`gangs`: job id -> GPUs) on `nodes`, given where jobs hold GPUs
-    now (`running`: job id -> shares, planned or not) and the GPUs per node that jobs outside
-    the scheduler hold (`reserved`). See the module's rules; `moves=False` skips rule 4 (no
-    running job is moved: what does not fit around them is unplaced)."""
+    now (`running`: job id -> shares, planned or not), the GPUs per node that jobs outside
+    the scheduler hold (`reserved`) and the nodes released jobs that hold none yet are to start
+    on (`pinned`). See the module's rules; `moves=False` skips rule 4 (no running job is moved:
+    what does not fit around them is unplaced)."""
     running = dict(running or {})
+    homes = {**{j: tuple(s) for j, s in (pinned or {}).items() if j not in running}, **running}
     bad = sorted(j for j, g in gangs.items() if g <= 0)
     if bad:
         raise ValueError(f"jobs {bad} have no GPUs to place")
-    book, shares = _place_keeping(nodes, gangs, running, reserved)
+    book, shares = _place_keeping(nodes, gangs, homes, reserved)
     if len(shares) < len(gangs):
         tries = [(book, shares)]
         if moves:
             tries += [_displace(nodes, gangs, running, shares, reserved),
-                      _repack(nodes, gangs, running, reserved)]
-        tries.append(_fill(nodes, gangs, running, reserved))
+                      _repack(nodes, gangs, homes, reserved)]
+        tries.append(_fill(nodes, gangs, homes, reserved))
         book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),
-                                                 len(moved_jobs(t[1], running))))
+                                                 len(moved_jobs(t[1], running)),
+                                                 len(moved_jobs(t[1], homes))))
     unplaced = tuple(sorted(set(gangs) - set(shares)))
     kept = _keep_running(book, shares, running, gangs, sum(gangs[j] for j in unplaced))
     moved = moved_jobs(shares, running)

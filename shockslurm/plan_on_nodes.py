@@ -36,7 +36,7 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
             info["moved"] = list(moved)
         return RoundPlan(plan.run, info, shares)
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
-                   snapshot.reserved, moves=plan.moves_allowed)
+                   snapshot.reserved, moves=plan.moves_allowed, pinned=snapshot.pinned)
     return RoundPlan(result.jobs, _noted(plan, result), dict(result.shares))
 
 
@@ -73,7 +73,8 @@ def place_around(plan: RoundPlan, snapshot: Snapshot, movable: Iterable[int] = (
     free = free_after(snapshot.cluster_nodes, snapshot.reserved, fixed)
     others = {j: s for j, s in snapshot.placements.items() if j in gang and j not in fixed}
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run if j not in fixed},
-                   others, {n.name: n.gpus - free[n.name] for n in snapshot.cluster_nodes})
+                   others, {n.name: n.gpus - free[n.name] for n in snapshot.cluster_nodes},
+                   pinned=snapshot.pinned)
     shares = {**result.shares, **fixed}
     info = _noted(plan, result)
     replaced = sorted(j for j, s in result.shares.items()

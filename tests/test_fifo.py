@@ -64,3 +64,20 @@ def test_backfill_keeps_off_the_nodes_reserved_for_the_head() -> None:
     assert plan.placement[4] == (("node02", 2),) and plan.placement[6] == (("node01", 1),)
     placed = place_plan(plan, snap)         # the round loop keeps fifo's own placement
     assert placed.placement == plan.placement and placed.run == plan.run
+
+
+def test_a_released_job_starts_on_the_node_it_was_pinned_to() -> None:
+    # 2x4: job 1 (2 GPUs) runs on node01; job 2 (2 GPUs) was released pinned to node02 and has
+    # not started yet. Best fit would put it beside job 1; it stays on node02 (Slurm may be
+    # starting it there), and job 3 takes node01's room.
+    views = [make_view(1, gang=2, ran_last_round=True, remaining=100),
+             make_view(2, gang=2, arrival=1), make_view(3, gang=2, arrival=2)]
+    snap = Snapshot(now=0, round_index=0, round_s=120.0, gpus=8, jobs=tuple(views),
+                    nodes=parse_cluster_shape("2x4"), placements={1: (("node01", 2),)},
+                    pinned={2: (("node02", 2),)})
+    plan = Fifo().allocate(snap)
+    assert plan.placement[2] == (("node02", 2),) and plan.placement[3] == (("node01", 2),)
+    blind = Fifo().allocate(Snapshot(now=0, round_index=0, round_s=120.0, gpus=8,
+                                     jobs=tuple(views), nodes=parse_cluster_shape("2x4"),
+                                     placements={1: (("node01", 2),)}))
+    assert blind.placement[2] == (("node01", 2),)

@@ -356,3 +356,45 @@ def test_a_job_started_before_its_hold_keeps_running_and_its_successor_waits():
     c.enact(plan, snap)
     assert b.log == [("scontrol", "hold", "1")]
     assert c.last_stats.started == 0 and c.last_stats.stopped == 0
+
+
+def test_a_released_job_slurm_may_be_starting_stays_on_its_pinned_node():
+    """Job 1 (2 GPUs) was released pinned to gpu02 and still shows PENDING: Slurm may be
+    starting it there as the round reads. Job 10 holds 6 GPUs of gpu01, job 11 one of gpu02;
+    the plan starts job 2 (2 GPUs) too. Best fit alone would send job 1 to gpu01 (a re-pin
+    that fails once Slurm has started it, measured live) and job 2 to gpu02; the snapshot
+    names job 1's pin, so job 1 stays and job 2 takes gpu01: no update for job 1."""
+    two = [SlurmNode(n, "mixed", 8, 0, ("gpu",)) for n in NODES[:2]]
+    released = replace(job(1, priority=1000, reason="None", gpus=2), required_nodes="gpu02")
+    b = NodesBackend([released, job(2, gpus=2), on(10, "gpu01", "gpu:6(IDX:0-5)", gpus=6),
+                      on(11, "gpu02", "gpu:1(IDX:0)")], two)
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None, churn=NO_CHURN)
+    snap = c.observe(1000.0)
+    assert snap.pinned == {1: (("gpu02", 2),)} and 1 not in snap.placements
+    assert snap.gpus == 16
+    plan = place_plan(RoundPlan(frozenset({1, 2, 10, 11})), snap)
+    assert plan.placement[1] == (("gpu02", 2),) and plan.placement[2] == (("gpu01", 2),)
+    assert not plan.info_ids("moved")
+    blind = place_plan(RoundPlan(frozenset({1, 2, 10, 11})), replace(snap, pinned={}))
+    assert blind.placement[1] == (("gpu01", 2),)          # what the daemon did before
+    c.enact(plan, snap)
+    assert b.log == [("scontrol", "update", "JobId=2", "ReqNodeList=gpu01"),
+                     ("scontrol", "release", "2")]
+
+
+def test_only_released_jobs_with_a_readable_pin_are_pinned():
+    """Held jobs keep their old ReqNodeList but Slurm starts none of them; a released job with
+    no list, an unreadable one, GPUs that do not split over its nodes, or a node outside the
+    managed partitions is not pinned; a 2-node gang is pinned on both nodes."""
+    jobs = [replace(job(1, gpus=2), required_nodes="gpu01"),                       # held
+            replace(job(2, priority=9, reason="None"), required_nodes=""),
+            replace(job(3, priority=9, reason="None"), required_nodes="gpu[01"),
+            replace(job(4, priority=9, reason="None", gpus=0), gpus_per_job=3,
+                    required_nodes="gpu[01-02]"),
+            replace(job(5, priority=9, reason="None"), required_nodes="cpu01"),
+            replace(job(6, priority=9, reason="None", gpus=8), nodes=2,
+                    required_nodes="gpu[03-04]"),
+            replace(job(7, priority=9, reason="None", gpus=8, managed=False),
+                    required_nodes="gpu04")]                                       # not ours
+    snap = SlurmCluster(NodesBackend(jobs)).observe(1000.0)
+    assert snap.pinned == {6: (("gpu03", 8), ("gpu04", 8))}

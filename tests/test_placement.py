@@ -123,6 +123,30 @@ def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
 
 
 @PROPS
+@given(cases(), st.data())
+def test_released_jobs_stay_on_their_pinned_nodes_and_are_never_moved_or_kept(case, data):
+    """Some of the jobs that sit on nodes are released jobs that hold no GPUs yet (`pinned`):
+    nodes and gangs hold as without them; a pinned job is never `moved` (no restart) nor
+    `kept` (it holds nothing to keep); a plan of exactly the running and pinned jobs stays
+    put; and when rules 2-3 place the whole plan, every planned pinned job is where it was
+    pinned."""
+    nodes, plan, sitting, reserved = case
+    released = data.draw(st.sets(st.sampled_from(sorted(sitting)))) if sitting else set()
+    running = {j: s for j, s in sitting.items() if j not in released}
+    pinned = {j: s for j, s in sitting.items() if j in released}
+    result = place(nodes, plan, running, reserved, pinned=pinned)
+    gangs = {**{j: sum(g for _, g in s) for j, s in sitting.items()}, **plan}
+    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    assert not set(result.moved) & released and not set(result.kept) & released
+    assert set(result.kept) <= set(running) - set(plan)
+    same = place(nodes, {j: gangs[j] for j in sitting}, running, reserved, pinned=pinned)
+    assert dict(same.shares) == sitting and not same.moved and not same.unplaced
+    _, stay = _place_keeping(nodes, plan, sitting, reserved)
+    if len(stay) == len(plan):       # rules 2-3 place the whole plan, every pin kept
+        assert all(result.shares[j] == pinned[j] for j in set(plan) & released)
+
+
+@PROPS
 @given(cases(), st.randoms(use_true_random=False))
 def test_placement_is_deterministic(case, rnd) -> None:
     nodes, plan, running, reserved = case

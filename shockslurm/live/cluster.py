@@ -16,8 +16,9 @@ Why it looks like this:
 - The cluster's capacity is the GPUs of usable nodes in the managed partitions minus the GPUs
   held by jobs this daemon does not manage (unmanaged jobs, or managed ones outside `job_filter`),
   so a plan always fits what Slurm can actually give.
-- Nodes: the snapshot names the nodes, where our running jobs sit and what others hold on each
-  (`layout.read_layout`, from the same two reads), so the round loop places every plan on the
+- Nodes: the snapshot names the nodes, where our running jobs sit, where our released jobs
+  are pinned to start and what others hold on each (`layout.read_layout`, from the same two
+  reads), so the round loop places every plan on the
   real nodes; `enact` pins each job it starts to the plan's nodes (`ReqNodeList=`, see
   `enact`'s module), stops and restarts the jobs the plan moves, and does not start a job whose
   planned nodes are still held by jobs that keep running. Idle GPU-seconds are measured by
@@ -314,7 +315,7 @@ class SlurmCluster(EventPolling):
         layout = self.layout or Layout(())
         return Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
                         jobs=views, nodes=layout.nodes, placements=dict(layout.placements),
-                        reserved=dict(layout.reserved))
+                        reserved=dict(layout.reserved), pinned=dict(layout.pinned))
 
     def _measure_unplaceable(self, jobs: Sequence[SlurmJob], now: float) -> None:
         """Idle GPU-seconds since the last observe while our released jobs waited in

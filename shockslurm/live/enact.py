@@ -28,7 +28,9 @@ Rules (Slurm 22.05.8, see /work/shared/slurm/NOTES.md section 3):
   (25.x): "ReqNodeList=<nodes> Set the job's list of required node". A job is pinned only when the placement's shape is the job's
   own (as many nodes as it asks; any for a `--gpus` job): a `-N2 --gres=gpu:4` job placed on one
   node of 8 is released unpinned. A released job that still waits is re-pinned when the plan
-  places it elsewhere.
+  places it elsewhere, which placement does only when its nodes lack room in the plan
+  (`Snapshot.pinned`): Slurm may be starting it as the round reads, and a re-pin then fails
+  (22.05: "Invalid node name specified for job N").
 - Moves: a running job the plan places elsewhere (`moved`) is stopped like any other and
   started again, pinned, in the same round (`StartTime=now` clears its requeue's BeginTime).
 - Jobs to start whose planned nodes lack the GPUs left by the jobs that keep running (churn

@@ -11,6 +11,12 @@ every plan on the real nodes:
   from `squeue`'s node list and per-node `gres_detail`, `slurm.gres.gpus_per_allocated_node`).
 - reserved: GPUs per node held by jobs the daemon does not schedule, and by ours that are
   COMPLETING (they hold GPUs but never run again).
+- pinned: where each of our released jobs that Slurm has not started yet is to start (its
+  `ReqNodeList=`, the job's GPUs split evenly over the listed nodes). Slurm may be starting it
+  as the round reads (measured: released 0.5 s before an early round, which placed it
+  elsewhere; the re-pin failed, "Invalid node name specified", and it started where it was
+  pinned, on the GPUs that round had given a third job, which then waited 11 s), so placement
+  keeps it there while the plan leaves those nodes room. It holds no GPUs: not in `free`.
 
 When Slurm's answer does not say where a job that holds GPUs sits, `read_layout` returns None
 and the snapshot is one pool, as before placement.
@@ -21,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
+from ..errors import InputError
 from ..model import Node, NodeShares
 from ..plan_on_nodes import free_after
-from ..slurm.gres import gpus_per_allocated_node
+from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 
 PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
@@ -34,6 +41,7 @@ class Layout:
     nodes: tuple[Node, ...]
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
     reserved: Mapping[str, int] = field(default_factory=dict)
+    pinned: Mapping[int, NodeShares] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -55,7 +63,12 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     managed = {n.name: n for n in nodes if set(n.partitions) & set(partitions) and n.gpus > 0}
     placements: dict[int, NodeShares] = {}
     reserved: dict[str, int] = {}
+    pinned: dict[int, NodeShares] = {}
     for job in jobs:
+        if job.state is JobState.PENDING and not job.held and ours(job):
+            if (shares := pinned_shares(job)) is not None:
+                pinned[job.job_id] = shares
+            continue
         if not job.state.holds_gpus or job.gpus <= 0:
             continue
         where = gpus_per_allocated_node(job)
@@ -87,7 +100,22 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
             out[node.name] = max(0, min(held, room))
     placements = {j: kept_shares for j, shares in placements.items()
                   if (kept_shares := tuple(s for s in shares if s[0] in names))}
-    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out)
+    pinned = {j: shares for j, shares in pinned.items()
+              if all(n in names for n, _ in shares)}
+    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out, pinned)
+
+
+def pinned_shares(job: SlurmJob) -> NodeShares | None:
+    """The GPUs per node of a pending job on its required nodes (`ReqNodeList=`, set when the
+    daemon released it), or None: no list, an unreadable one, or GPUs that do not split evenly
+    over the listed nodes."""
+    try:
+        names = expand_hostlist(job.required_nodes)
+    except InputError:
+        return None
+    if not names or job.gpus <= 0 or job.gpus % len(names):
+        return None
+    return tuple((name, job.gpus // len(names)) for name in names)
 
 
 RESOURCES_REASON = "Resources"   # squeue state_reason of a job waiting for its nodes (22.05+)

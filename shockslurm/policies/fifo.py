@@ -9,7 +9,8 @@ nodes it would take then. A later job may start now only if it fits and either e
 time or leaves the head's reserved GPUs free (it fits, at that time, beside the head).
 
 The plan places itself (`RoundPlan.placement`: the running jobs where they run, each start where
-the backfill put it) and allows no moves (`moves_allowed` False), so the round loop keeps it.
+the backfill put it, on the node it was released to when that has room: `Snapshot.pinned`) and
+allows no moves (`moves_allowed` False), so the round loop keeps it.
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class Fifo:
         reservation: _Reservation | None = None
         for job in queue:
             gang, left = job.gang_size, job.remaining_time_at_current_rate
+            pinned = snapshot.pinned.get(job.job_id)    # released already: where it starts
             if reservation is None:
-                got = now.take(gang)
+                got = now.take(gang, prefer=pinned)
                 if got is None:
                     reservation = _reserve(snapshot, gang, where, ends)
                     continue
             elif reservation.later is None or left <= reservation.start_at:
-                got = now.take(gang)                        # gone before the head starts
+                got = now.take(gang, prefer=pinned)         # gone before the head starts
             else:
                 got = _take_in_both(now, reservation.later, gang)
             if got is not None:

@@ -355,7 +355,7 @@ class Shockwave:
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
                             key=key)
             for j in others:
-                if book.take(gang[j], prefer=snap.placements.get(j)) is not None:
+                if book.take(gang[j], prefer=snap.home(j)) is not None:
                     run.append(j)
                 if book.free_gpus <= 0:
                     break
