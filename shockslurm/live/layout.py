@@ -13,7 +13,7 @@ every plan on the real nodes:
   COMPLETING (they hold GPUs but never run again).
 - pinned: where each of our released jobs that Slurm has not started yet is to start (its
   `ReqNodeList=`, the job's GPUs split evenly over the listed nodes). Slurm may be starting it
-  as the round reads (measured: released 0.5 s before an early round, which placed it
+  as the round reads (measured: released 0.6 s before an early round, which placed it
   elsewhere; the re-pin failed, "Invalid node name specified", and it started where it was
   pinned, on the GPUs that round had given a third job, which then waited 11 s), so placement
   keeps it there while the plan leaves those nodes room. It holds no GPUs: not in `free`.
