@@ -208,7 +208,8 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
     on (`pinned`). See the module's rules; `moves=False` skips rule 4 (no running job is moved:
     what does not fit around them is unplaced)."""
     running = dict(running or {})
-    homes = {**{j: tuple(s) for j, s in (pinned or {}).items() if j not in running}, **running}
+    waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running}
+    homes = {**waiting, **running}
     bad = sorted(j for j, g in gangs.items() if g <= 0)
     if bad:
         raise ValueError(f"jobs {bad} have no GPUs to place")
@@ -221,7 +222,7 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
         tries.append(_fill(nodes, gangs, homes, reserved))
         book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),
                                                  len(moved_jobs(t[1], running)),
-                                                 len(moved_jobs(t[1], homes))))
+                                                 len(moved_jobs(t[1], waiting))))
     unplaced = tuple(sorted(set(gangs) - set(shares)))
     kept = _keep_running(book, shares, running, gangs, sum(gangs[j] for j in unplaced))
     moved = moved_jobs(shares, running)

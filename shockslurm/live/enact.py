@@ -45,10 +45,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Collection, Mapping, Sequence
 
-from ..errors import InputError
 from ..model import NodeShares, RoundPlan
 from ..plan_on_nodes import fit_on_nodes  # noqa: F401 (re-exported)
-from ..slurm.gres import expand_hostlist
+from ..slurm.gres import required_node_names
 from ..slurm.types import JobState, SlurmJob
 from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401
                      StopHistory, active_managed, bound_plan, checkpoint_failing, keep_reason,
@@ -178,18 +177,11 @@ def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
     if not job.held:
         # Released earlier but still waiting: only BeginTime, a resize or a new node needs help.
         start_now = job.reason == BEGIN_TIME_REASON
-        if nodes and _pinned_to(job) == nodes:
+        if nodes and required_node_names(job) == nodes:
             nodes = ()
     if new_gres is not None or start_now or nodes:
         return JobUpdate(job.job_id, new_gres, start_now, nodes)
     return None
-
-
-def _pinned_to(job: SlurmJob) -> tuple[str, ...]:
-    try:
-        return expand_hostlist(job.required_nodes)
-    except InputError:
-        return ()
 
 
 def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> dict[int, tuple[str, ...]]:

@@ -27,10 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping, Sequence
 
-from ..errors import InputError
 from ..model import Node, NodeShares
 from ..plan_on_nodes import free_after
-from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
+from ..slurm.gres import gpus_per_allocated_node, required_node_names
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 
 PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
@@ -109,10 +108,7 @@ def pinned_shares(job: SlurmJob) -> NodeShares | None:
     """The GPUs per node of a pending job on its required nodes (`ReqNodeList=`, set when the
     daemon released it), or None: no list, an unreadable one, or GPUs that do not split evenly
     over the listed nodes."""
-    try:
-        names = expand_hostlist(job.required_nodes)
-    except InputError:
-        return None
+    names = required_node_names(job)
     if not names or job.gpus <= 0 or job.gpus % len(names):
         return None
     return tuple((name, job.gpus // len(names)) for name in names)

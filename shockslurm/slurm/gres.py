@@ -128,6 +128,15 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def required_node_names(job: SlurmJob) -> tuple[str, ...]:
+    """The nodes of a job's required node list (`ReqNodeList=`, squeue's `required_nodes`);
+    () when it names none or cannot be read."""
+    try:
+        return expand_hostlist(job.required_nodes)
+    except InputError:
+        return ()
+
+
 def gpus_per_allocated_node(job: SlurmJob) -> tuple[tuple[str, int], ...] | None:
     """Where a job that holds GPUs holds them: (node, GPUs) per allocated node, in node order;
     None when Slurm's answer does not say (no node list, or GPUs per node unknown).
