@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -239,6 +240,38 @@ def test_plans_do_not_depend_on_where_the_clock_starts():
     assert [round(r["jct_s"], 3) for r in at_zero] == [round(r["jct_s"], 3) for r in at_unix]
 
 
+def _ratios_with_an_old_job(caplog, age_s: float) -> dict[int, float]:
+    """Each job's fairness ratio at a re-solve of three 1-GPU jobs on one GPU: jobs 1 and 2
+    submitted 1,000 s and 0 s before now, job 3 `age_s` before now (from the debug log's
+    explanation of the re-solve)."""
+    snap = identical_snapshot(3, 1)
+    a, b, old = snap.jobs
+    jobs = (dataclasses.replace(a, arrival_s=snap.now - 1000.0),
+            dataclasses.replace(b, arrival_s=snap.now),
+            dataclasses.replace(old, arrival_s=snap.now - age_s))
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="shockslurm.policies.shockwave.planner"):
+        Shockwave().allocate(dataclasses.replace(snap, jobs=jobs))
+    line = next(r.getMessage() for r in caplog.records if "re-solve at" in r.getMessage())
+    return {int(job): float(rho) for job, rho in re.findall(r"job (\d+): .*? rho=([\d.e+-]+)",
+                                                            line)}
+
+
+def test_a_jobs_fairness_ratio_does_not_depend_on_how_old_another_job_is(caplog):
+    """Each ratio counts from its own job's submission: a job held for an hour or for a day
+    (a long run, a long wait) leaves the others' ratios as they are. Counted from the oldest
+    job's submission (2026-11-28), a day-old job made every other ratio about 1 (job 1, which
+    has waited 1,000 s for 1,620 s of work at its fair share of a third of the GPU: 1.011
+    instead of 1.617; 1.237 with an hour-old job), and the priorities `rho ** lam` inert, as
+    under Unix time."""
+    hour = _ratios_with_an_old_job(caplog, 3600.0)
+    day = _ratios_with_an_old_job(caplog, 86400.0)
+    left = 9 * 60.0 * 3            # the forecast's 9 epochs after the one in progress, share 1/3
+    assert hour[1] == day[1] == pytest.approx((1000.0 + left) / left, rel=1e-3)
+    assert hour[2] == day[2] == pytest.approx(1.0)
+    assert day[3] > hour[3] > hour[1]
+
+
 def test_empty_snapshot():
     snap = Snapshot(now=0.0, round_index=0, round_s=120.0, gpus=8, jobs=())
     assert Shockwave().allocate(snap).run == frozenset()
@@ -322,10 +355,11 @@ def test_shockwave_on_nodes_plans_only_what_can_be_placed():
 
 
 def _long_and_short(ratio: float, head_start_s: float) -> Snapshot:
-    """Two 1-GPU jobs on one GPU, neither started; job 2 has `ratio` times job 1's work (its
-    epochs last that much longer) and was submitted `head_start_s` before it."""
+    """Two 1-GPU jobs on one GPU, neither started; job 1 submitted now, job 2 `head_start_s`
+    before it with `ratio` times its work (its epochs last that much longer)."""
     snap = identical_snapshot(2, 1)
     short, long_ = snap.jobs
+    short = dataclasses.replace(short, arrival_s=snap.now)
     slow = long_.profile_epoch_durations[0] * ratio
     long_ = dataclasses.replace(long_, iterations_per_s=long_.iterations_per_s / ratio,
                                 profile_epoch_durations=(slow,) * long_.num_epochs,
@@ -361,12 +395,12 @@ def test_tail_drain_is_the_later_of_the_cluster_drain_and_the_longest_job():
 
 
 def test_the_job_with_less_work_left_runs_first():
-    """Two jobs compete for one GPU: one with twice the other's work, submitted 500 s earlier
-    and so further behind its finish-time target. The reference's market (equal welfare
-    weights) gives the GPU to the long one; weighted by the inverse of their remaining
-    GPU-seconds (the default) the short one runs first, as under shortest-remaining-work-first,
-    and both finish sooner on average."""
-    snap = _long_and_short(2.0, head_start_s=500.0)
+    """Two jobs compete for one GPU: one with twice the other's work, submitted 100 s earlier
+    and so behind its finish-time target (the other was submitted now). The reference's market
+    (equal welfare weights) gives the GPU to the long one; weighted by the inverse of their
+    remaining GPU-seconds (the default) the short one runs first, as under
+    shortest-remaining-work-first, and both finish sooner on average."""
+    snap = _long_and_short(2.0, head_start_s=100.0)
     short, long_ = (v.job_id for v in snap.jobs)
     assert Shockwave().allocate(snap).run == {short}
     assert Shockwave(work_exponent=0.0).allocate(snap).run == {long_}

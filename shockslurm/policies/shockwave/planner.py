@@ -16,14 +16,16 @@ Per round (`allocate`):
    the reference). First attempt: the market with the FTF bounds and weights `w_j`; if
    infeasible (or no solution in time), the relaxed market with priorities
    `min(cap, w_j rho_j ** lam)` for jobs behind target (`rho ** 100` if they would finish
-   within a round; `w_j` for the others). Fairness ratios: `rho_j = (now + R_j/share) / F_j`
-   with now and target counted from the submission of the oldest job the policy holds
-   (`clock_origin`), so that a plan does not depend on where the clock starts. The reference
-   counts from the simulation's start (round count x L), which is that origin in a simulation
-   whose first job arrives at 0 while it runs; the daemon's clock is Unix time, against which
-   every ratio was 1 (until 2026-11-28: priorities `rho ** lam` all 1 live, the simulated view
-   of the live benchmark's workload family 0.851x native's worst rho for 0.769x at clock 0).
-   With `rhomax` 1 the FTF bounds do not depend on the origin.
+   within a round; `w_j` for the others). Fairness ratios: `rho_j = (now + R_j/share - s_j) /
+   (F_j - s_j)`, now and target counted from the job's own submission `s_j` (the paper's
+   finish-time fairness: time in the system over time alone, at the fair share), so that a
+   job's ratio depends on neither where the clock starts nor on any other job. The reference
+   counts every job from the simulation's start; the daemon's clock is Unix time, against which
+   every ratio was 1 (until 2026-11-28). From 2026-11-28 to 2026-11-29 they counted from the
+   submission of the oldest job the policy held, which a job held for an hour or a day (a long
+   run, a long wait) turns into the same flat ratios: `docs/shockwave.md`, "Each ratio from its
+   own job's submission". The FTF bounds below bound the same ratio (with `rhomax` 1 they
+   are what they were with any origin).
 4. The chosen rounds per job are laid out in the window's rounds, each round holding only what
    `placement` can place on the snapshot's nodes, in priority order: jobs behind target that
    cannot fit beside the jobs planned for every round first, then those, then highest priority
@@ -80,11 +82,11 @@ def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: f
     return momentum * avg + (1.0 - momentum) * float(vals[-1])
 
 
-def fairness_ratio(now_s: Any, left_s: Any, target_s: Any) -> Any:
-    """Projected finish over fairness target, both counted from the same origin: `now_s` plus
-    `left_s` (the remaining time at the job's fair share) over `target_s` (target at least
-    1e-9 s). Scalars or arrays."""
-    return (now_s + left_s) / np.maximum(target_s, 1e-9)
+def fairness_ratio(now_s: Any, left_s: Any, target_s: Any, submit_s: Any) -> Any:
+    """Projected time in the system over the target's: `now_s` plus `left_s` (the remaining
+    time at the job's fair share) less the job's submission `submit_s`, over the target
+    `target_s` less the submission (at least 1e-9 s). Scalars or arrays."""
+    return (now_s + left_s - submit_s) / np.maximum(target_s - submit_s, 1e-9)
 
 
 def work_weights(work: np.ndarray, exponent: float) -> np.ndarray:
@@ -156,7 +158,6 @@ class Shockwave:
             return RoundPlan(frozenset(), {"resolved": False, "solve_s": 0.0, "status": "idle",
                                            "objective": 0.0, "relaxed": False})
         fc = {v.job_id: forecast(v, self.states[v.job_id]) for v in snapshot.jobs}
-        origin = self.clock_origin()
         offset = snapshot.round_index - self.plan_round
         resolve = (self.last_solve_round is None or bool(arrived) or bool(left)
                    or snapshot.round_index - self.last_solve_round >= cfg.resolve_every
@@ -164,18 +165,17 @@ class Shockwave:
         info: dict[str, Any] = {"resolved": resolve, "solve_s": 0.0, "status": "replay",
                       "objective": float("nan"), "relaxed": False}
         if resolve:
-            info.update(self._resolve(snapshot, fc, origin, update_series=bool(arrived or left)
+            info.update(self._resolve(snapshot, fc, update_series=bool(arrived or left)
                                       or self.last_solve_round is None))
             offset = snapshot.round_index - self.plan_round
         chosen = [j for j in self.plan[offset] if j in ids] if 0 <= offset < len(self.plan) else []
-        key = (self._rho_key(snapshot, fc, origin) if cfg.fill_order == "rho"
+        key = (self._rho_key(snapshot, fc) if cfg.fill_order == "rho"
                else (lambda j: -fc[j].remaining_s))
         run = self._fill(snapshot, chosen, key)
         info.update(plan_gpus_for_round(snapshot, chosen, run))
         return RoundPlan(frozenset(run), info)
 
-    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast], origin: float
-                 ) -> Callable[[int], float]:
+    def _rho_key(self, snap: Snapshot, fc: dict[int, Forecast]) -> Callable[[int], float]:
         N = len(snap.jobs)
         share = min(1.0, snap.gpus / N)
 
@@ -184,17 +184,12 @@ class Shockwave:
             if not ser:
                 return 0.0
             tgt = fairness_target(ser, snap.round_index, self.config.momentum)
-            return -float(fairness_ratio(snap.now - origin, fc[j].remaining_s / share,
-                                        tgt - origin))
+            return -float(fairness_ratio(snap.now, fc[j].remaining_s / share, tgt,
+                                         self.submit[j]))
         return key
 
-    def clock_origin(self) -> float:
-        """Where the fairness ratios count time from: the submission of the oldest job the policy
-        holds (module docstring, "Fairness ratios")."""
-        return min(self.submit.values())
-
     # ------------------------------------------------------------------ one re-solve
-    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast], origin: float,
+    def _resolve(self, snap: Snapshot, fc: dict[int, Forecast],
                  update_series: bool) -> dict[str, Any]:
         cfg = self.config
         t0 = time.perf_counter()
@@ -222,8 +217,8 @@ class Shockwave:
             dbar = np.where(after >= 1, R / np.maximum(after, 1), dbar)
             dbar = np.maximum(dbar, 1.0)
         T = cfg.future_rounds
-        now_s, target_s = snap.now - origin, target - origin     # counted from the origin
-        rho = fairness_ratio(now_s, R / share, target_s)
+        submit = np.array([self.submit[v.job_id] for v in views])
+        rho = fairness_ratio(snap.now, R / share, target, submit)
         weight = work_weights(R * gang, cfg.work_exponent)
         prio = np.ones(N)
         behind = rho > cfg.rhomax
@@ -252,8 +247,9 @@ class Shockwave:
         def run(priority: np.ndarray, f_lower: np.ndarray) -> MarketResult:
             return solve(MarketInput(priority=priority, f_lower=f_lower, **base))
 
-        # first attempt: finish-time-fairness bounds r_j/share <= rhomax target_j - window end
-        slack = share * (cfg.rhomax * target_s - (now_s + T * L))
+        # first attempt: finish-time-fairness bounds, each job's ratio at the window's end at
+        # most rhomax: r_j/share <= rhomax (F_j - s_j) - (window end - s_j)
+        slack = share * (cfg.rhomax * (target - submit) - (snap.now + T * L - submit))
         f_lower = (R - slack) / np.maximum(E * dbar, 1e-9)
         need = np.ceil(E * dbar / L * np.maximum(f_lower, 0) - 1e-9)
         trivially_infeasible = (np.any(slack < 0) or np.any(f_lower > 1 - e / E + 1e-9)
