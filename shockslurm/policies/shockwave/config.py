@@ -12,9 +12,8 @@ class ShockwaveConfig:
     """Every knob of the Shockwave policy.
 
     Defaults are the reference's `tacc_32gpus.json` (SHOCKWAVE_POLICY.md §1) but for `lam` and
-    the extensions, each documented below; the other
-    reference configs change `k` and `lam` (64 GPUs: k=10, lam=5; 128: k=1e-3, lam=15;
-    256: k=1e5, lam=5).
+    the extensions, each documented below; the other reference configs change `k` and `lam`
+    (64 GPUs: k=10, lam=5; 128: k=1e-3, lam=15; 256: k=1e5, lam=5).
     """
 
     future_rounds: int = 20
