@@ -14,8 +14,8 @@ from .paths import OutputFile
 
 @click.group("bench")
 def bench_group() -> None:
-    """Benchmarks; each prints its results as JSON (switch-cost: a Markdown table, JSON with
-    --json)."""
+    """Benchmarks; each prints its results as JSON (quality, switch-cost, live and
+    live-family: Markdown tables, JSON with --json)."""
 
 
 @bench_group.command("solver")

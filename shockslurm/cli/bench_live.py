@@ -24,7 +24,8 @@ DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
 DEFAULT_TIME_SCALE = 0.25
 
 
-def _arms(value: str) -> list[str]:
+def parse_arms(value: str) -> list[str]:
+    """`--arms a,b`: `native` and/or known policies, or a usage error naming the unknown."""
     from ..livebench.arms import NATIVE
 
     arms = [a.strip() for a in value.split(",") if a.strip()]
@@ -99,9 +100,10 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     daemon, one arm after another, with the simulator's prediction beside each."""
     from ..livebench import workload as wl
     from ..livebench.arms import ArmSettings
+    from ..livebench.report import workload_bounds
 
-    arm_list = _arms(arms)
-    options = _policy_options(arm_list, policy_option)
+    arm_list = parse_arms(arms)
+    options = arm_policy_options(arm_list, policy_option)
     # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
     signal.signal(signal.SIGTERM, _interrupt)
     nodes, trace = _cluster_and_workload(partition, cluster_shape_text, workload_path, seed)
@@ -122,7 +124,7 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     click.echo(f"bench live: {shape}, time scale {time_scale}, rounds {round_seconds:g} s, "
                f"cluster {len(nodes)} nodes / {gpus} GPUs, work in {directory}", err=True)
     results: list[dict] = []
-    bounds = _bounds(jobs, gpus)
+    bounds = workload_bounds(jobs, gpus)
     document = {"workload": {**shape, "source": str(workload_path or "built-in"),
                              "time_scale": time_scale},
                 "bounds": bounds,
@@ -209,7 +211,8 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
         raise click.ClickException(str(exc)) from None
 
 
-def _policy_options(arms: list[str], assignments: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+def arm_policy_options(arms: list[str], assignments: tuple[str, ...]
+                       ) -> dict[str, dict[str, Any]]:
     """Each policy arm's options from --policy-option (`native` takes none)."""
     from ..livebench.arms import NATIVE
 
@@ -227,7 +230,7 @@ def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...]
                    round_s: float, restart_overhead_s: float, json_out: Path | None,
                    options: dict[str, dict[str, Any]]) -> None:
     """Each arm's prediction and the bounds, without running anything on Slurm."""
-    from ..livebench.report import markdown_table, predict
+    from ..livebench.report import markdown_table, predict, workload_bounds
 
     gpus = sum(n.gpus for n in nodes)
     try:
@@ -236,7 +239,7 @@ def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...]
                    for arm in arms]
     except ValueError as exc:
         raise click.ClickException(f"cannot simulate the workload: {exc}") from None
-    bounds = _bounds(jobs, gpus)
+    bounds = workload_bounds(jobs, gpus)
     if json_out is not None:
         json_out.write_text(json.dumps({"bounds": bounds, "round_seconds": round_s,
                                         "restart_overhead_s": restart_overhead_s,
@@ -251,15 +254,6 @@ def _echo_bounds(bounds: dict[str, float]) -> None:
                f"relaxation), average JCT {bounds['avg_jct_s']:.0f} s (every job alone), "
                f"makespan {bounds['makespan_s']:.0f} s (the work after each arrival on every "
                f"GPU).")
-
-
-def _bounds(jobs: list[JobSpec], gpus: int) -> dict[str, float]:
-    """What no scheduler beats on this workload (`sim.bounds`), in real seconds."""
-    from ..sim.bounds import avg_jct_bound, makespan_bound, worst_rho_bound
-
-    return {"worst_rho": round(worst_rho_bound(jobs, gpus), 3),
-            "avg_jct_s": round(avg_jct_bound(jobs), 1),
-            "makespan_s": round(makespan_bound(jobs, gpus), 1)}
 
 
 def _plots(results: list[dict], plot_dir: Path) -> None:

@@ -44,13 +44,16 @@ def load_command(name: str) -> click.Command:
 
 
 def _bench_group() -> click.Command:
-    """`shockslurm bench` with the switch-cost sweep and the live benchmark (their own modules)."""
+    """`shockslurm bench` with the switch-cost sweep, the live benchmark and its workload family
+    (their own modules)."""
     from .bench import bench_group
     from .bench_live import live_cmd
+    from .bench_live_family import live_family_cmd
     from .bench_switch import switch_cost_cmd
 
     bench_group.add_command(switch_cost_cmd)
     bench_group.add_command(live_cmd)
+    bench_group.add_command(live_family_cmd)
     return bench_group
 
 

@@ -13,5 +13,7 @@ position on USR1.
 - `standin`: the stand-in job (no torch);
 - `arms`: running one arm (submission, watcher, daemon subprocess, clean-up);
 - `report`: the simulator's prediction for the same workload and the side-by-side table;
-- `repeats`: each arm's medians over repeated runs, and its ratios to native paired by repeat.
+- `repeats`: each arm's medians over repeated runs, and its ratios to native paired by repeat;
+- `family`: `bench live-family`, the default workload over many seeds, each arm simulated and
+  its ratios to native summarised over the seeds.
 """

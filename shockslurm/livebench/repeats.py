@@ -30,13 +30,20 @@ SPREADS = ("switch_usr1_to_successor_running_s", "switch_usr1_to_exit_s",
            "release_to_running_s")
 
 
-def _number(value: object) -> float | None:
+def number(value: object) -> float | None:
+    """`value` as a float when it is a number (not a bool), else None."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def ratio(value: object, reference: object) -> float | None:
+    """`value / reference` when both are numbers and the reference is not 0."""
+    mine, theirs = number(value), number(reference)
+    return mine / theirs if mine is not None and theirs else None
 
 
 def _median_of(values: Sequence[object]) -> float | None:
     """Median of the numbers among `values` (None when there is none)."""
-    numbers = [x for x in (_number(v) for v in values) if x is not None]
+    numbers = [x for x in (number(v) for v in values) if x is not None]
     return round(median(numbers), 4) if numbers else None
 
 
@@ -54,7 +61,7 @@ def runs_by_arm(runs: Sequence[Mapping[str, object]]) -> dict[str, list[Mapping[
 
 def spread_of_runs(runs: Sequence[Mapping[str, object]], key: str) -> dict[str, float | None]:
     """Median, smallest and largest of `key` over the runs that have it."""
-    numbers = [x for x in (_number(r.get(key)) for r in runs) if x is not None]
+    numbers = [x for x in (number(r.get(key)) for r in runs) if x is not None]
     if not numbers:
         return {"median": None, "min": None, "max": None}
     return {"median": round(median(numbers), 4), "min": min(numbers), "max": max(numbers)}
@@ -103,9 +110,9 @@ def paired_ratios(runs: Sequence[Mapping[str, object]], reference: str = NATIVE
             ratios = []
             for pair in by_repeat.values():
                 if arm in pair and reference in pair:
-                    mine, theirs = _number(pair[arm].get(key)), _number(pair[reference].get(key))
-                    if mine is not None and theirs:
-                        ratios.append(mine / theirs)
+                    r = ratio(pair[arm].get(key), pair[reference].get(key))
+                    if r is not None:
+                        ratios.append(r)
             per_metric[key] = ({"median": round(median(ratios), 4), "min": round(min(ratios), 4),
                                 "max": round(max(ratios), 4), "n": len(ratios)}
                                if ratios else {"median": None, "min": None, "max": None, "n": 0})

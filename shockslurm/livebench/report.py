@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from ..model import JobSpec, Node
 from ..policies import PolicySettings
+from ..sim.bounds import avg_jct_bound, makespan_bound, worst_rho_bound
 from ..sim.metrics import static_rho
 from ..sim.run import SimConfig, simulate
 
@@ -71,6 +72,14 @@ def predict(jobs: Sequence[JobSpec], arm: str, nodes: tuple[Node, ...], round_s:
                        "jct_s": round(o.jct_s, 2), "rho": round(float(r), 4)}
                       for o, r in zip(outcomes, rho)]
     return out
+
+
+def workload_bounds(jobs: Sequence[JobSpec], gpus: int) -> dict[str, float]:
+    """What no scheduler beats on `jobs` (`sim.bounds`) on `gpus` GPUs, in the jobs' seconds:
+    the fluid relaxation's worst rho, the mean exclusive run time, the makespan floor."""
+    return {"worst_rho": round(worst_rho_bound(jobs, gpus), 3),
+            "avg_jct_s": round(avg_jct_bound(jobs), 1),
+            "makespan_s": round(makespan_bound(jobs, gpus), 1)}
 
 
 def _mapping(value: object) -> Mapping[str, object]:
