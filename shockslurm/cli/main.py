@@ -18,7 +18,8 @@ from .. import __version__
 # tests/test_cli_lazy.py checks that each summary is the command's own).
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("shockslurm.cli.main:_bench_group", "Benchmarks; each prints its results as JSON "
-              "(switch-cost: a Markdown table, JSON with --json)."),
+              "(quality, switch-cost, live and live-family: Markdown tables, JSON with "
+              "--json)."),
     "config": ("shockslurm.cli.config:config_group", "The daemon's configuration file: check "
                "it, print an example, list the keys."),
     "daemon": ("shockslurm.cli.daemon:daemon_cmd", "Schedule managed Slurm jobs with a policy, "
