@@ -30,10 +30,9 @@ from typing import Any
 
 from ..model import Node
 from . import workload as wl
-from .repeats import ratio
+from .repeats import HEADLINE, ratio
 from .report import COLUMNS, predict, workload_bounds
 
-HEADLINE = tuple(key for key, _, _ in COLUMNS)
 BOUND_KEYS = ("makespan_s", "avg_jct_s", "worst_rho")
 """The metrics `workload_bounds` bounds (its keys)."""
 
@@ -43,7 +42,7 @@ _SEEDS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 def parse_seeds(text: str) -> list[int]:
     """`10-69` or `10,12,20-25` -> the seeds in the order given, each once; a ValueError
     naming what is wrong otherwise."""
-    seeds: list[int] = []
+    seeds: dict[int, None] = {}        # insertion-ordered, each seed once
     for part in text.split(","):
         match = _SEEDS.match(part)
         if match is None:
@@ -52,8 +51,8 @@ def parse_seeds(text: str) -> list[int]:
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise ValueError(f"the range {first}-{last} is empty")
-        seeds.extend(s for s in range(first, last + 1) if s not in seeds)
-    return seeds
+        seeds.update(dict.fromkeys(range(first, last + 1)))
+    return list(seeds)
 
 
 @dataclass(frozen=True)
