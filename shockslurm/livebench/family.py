@@ -23,14 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from statistics import median
 from typing import Any
 
 from ..model import Node
+from ..sim.workers import map_ordered
 from . import workload as wl
-from .repeats import HEADLINE, ratio
+from .repeats import HEADLINE, ratio, ratio_spread
 from .report import COLUMNS, predict, workload_bounds
 
 BOUND_KEYS = ("makespan_s", "avg_jct_s", "worst_rho")
@@ -119,32 +118,17 @@ def family_rows(seeds: Sequence[int], settings: FamilySettings, workers: int = 1
         if progress is not None:
             progress(f"[{i + 1}/{len(seeds)}] seed {seeds[i]}")
 
-    if workers <= 1:
-        rows = []
-        for i, seed in enumerate(seeds):
-            note(i)
-            rows.append(seed_row(seed, settings))
-        return rows
-    with ProcessPoolExecutor(workers) as pool:
-        rows = []
-        for i, row in enumerate(pool.map(_seed_row_args, [(s, settings) for s in seeds])):
-            note(i)
-            rows.append(row)
-        return rows
+    return map_ordered(_seed_row_args, [(s, settings) for s in seeds], workers, note)
 
 
 def spread(values: Sequence[float | None], target: float | None = None) -> dict[str, Any]:
-    """Median, geometric mean, smallest and largest of the numbers among `values`, how many
-    there are (`n`), and with a `target` how many are at or below it (`at_or_below`)."""
+    """`repeats.ratio_spread` of the numbers among `values` (median, smallest, largest, `n`),
+    their geometric mean (None unless all are positive), and with a `target` how many are at or
+    below it (`at_or_below`)."""
     numbers = [v for v in values if v is not None]
-    out: dict[str, Any] = {"median": None, "geomean": None, "min": None, "max": None,
-                           "n": len(numbers)}
-    if numbers:
-        positive = all(v > 0 for v in numbers)
-        out.update(median=round(median(numbers), 4),
-                   geomean=(round(math.exp(sum(math.log(v) for v in numbers) / len(numbers)), 4)
-                            if positive else None),
-                   min=round(min(numbers), 4), max=round(max(numbers), 4))
+    out: dict[str, Any] = {**ratio_spread(numbers), "geomean": None}
+    if numbers and all(v > 0 for v in numbers):
+        out["geomean"] = round(math.exp(sum(math.log(v) for v in numbers) / len(numbers)), 4)
     if target is not None:
         out["at_or_below"] = sum(v <= target for v in numbers)
     return out
@@ -170,8 +154,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], target: float | None = None
                                 for a, g in gangs.items()}}
 
 
-def _cell(s: Mapping[str, Any]) -> str:
-    if s.get("median") is None:
+def _cell(s: Mapping[str, Any] | None) -> str:
+    if s is None or s.get("median") is None:
         return "-"
     mean = "-" if s.get("geomean") is None else f"{s['geomean']:.3f}"
     return f"{s['median']:.3f} / {mean} ({s['min']:.3f}-{s['max']:.3f})"
@@ -193,7 +177,7 @@ def family_table(summary: Mapping[str, Any], reference: str) -> str:
     rows += [f"| {arm} | " + " | ".join(_cell(m[k]) for k in HEADLINE) + " |"
              for arm, m in arms.items()]
     rows.append("| bound (no scheduler below) | "
-                + " | ".join(_cell(bounds[k]) if k in bounds else "-" for k in HEADLINE) + " |")
+                + " | ".join(_cell(bounds.get(k)) for k in HEADLINE) + " |")
     if summary.get("target") is None:
         return "\n".join(rows)
     rows += ["", f"| seeds at or below {summary['target']:g}x {reference} | {labels} |", rule]

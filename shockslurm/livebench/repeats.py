@@ -41,6 +41,15 @@ def ratio(value: object, reference: object) -> float | None:
     return mine / theirs if mine is not None and theirs else None
 
 
+def ratio_spread(values: Sequence[float]) -> dict[str, float | None]:
+    """Median, smallest and largest of `values` (4 decimals; None when there is none), and
+    how many there are (`n`)."""
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": round(median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4), "n": len(values)}
+
+
 def _median_of(values: Sequence[object]) -> float | None:
     """Median of the numbers among `values` (None when there is none)."""
     numbers = [x for x in (number(v) for v in values) if x is not None]
@@ -113,9 +122,7 @@ def paired_ratios(runs: Sequence[Mapping[str, object]], reference: str = NATIVE
                     r = ratio(pair[arm].get(key), pair[reference].get(key))
                     if r is not None:
                         ratios.append(r)
-            per_metric[key] = ({"median": round(median(ratios), 4), "min": round(min(ratios), 4),
-                                "max": round(max(ratios), 4), "n": len(ratios)}
-                               if ratios else {"median": None, "min": None, "max": None, "n": 0})
+            per_metric[key] = ratio_spread(ratios)
         out[arm] = per_metric
     return out
 

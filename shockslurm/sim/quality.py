@@ -24,7 +24,6 @@ Definitions:
 from __future__ import annotations
 
 import statistics
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -38,6 +37,7 @@ from .reference_profiles import with_reference_profiles
 from .quality_summary import (REFERENCE, SUMMARY_METRICS, UNGATED, Row, frontier_points,
                               layout_cut, objective_drop, placement_loss, resolve_times)
 from .run import SimConfig, SimResult, simulate
+from .workers import map_ordered
 
 SIZES: tuple[tuple[int, int], ...] = ((120, 32), (220, 64), (460, 128), (900, 256),
                                       (2000, 512), (5000, 2048))
@@ -195,25 +195,15 @@ def quality_runs(matrix: Sequence[Case], table: Throughputs, workers: int = 1,
                  progress: Callable[[str], None] | None = None) -> list[Row]:
     """One row per case, in `matrix` order. `workers` > 1 runs cases in a process pool: the
     rows are the same (each simulation is deterministic and independent) except the times."""
-    def note(i: int, case: Case) -> None:
+    def note(i: int) -> None:
         if progress is not None:
+            case = matrix[i]
             progress(f"[{i + 1}/{len(matrix)}] {case.size} seed {case.seed} {case.policy} "
                      f"{case.gate}")
 
     floors = workload_floors(matrix, table)
     args = [(c, table, floors[(c.jobs, c.gpus, c.seed)]) for c in matrix]
-    if workers <= 1:
-        rows = []
-        for i, arg in enumerate(args):
-            note(i, arg[0])
-            rows.append(run_case(*arg))
-        return rows
-    with ProcessPoolExecutor(workers) as pool:
-        rows = []
-        for i, row in enumerate(pool.map(_run_case_args, args)):
-            note(i, matrix[i])
-            rows.append(row)
-        return rows
+    return map_ordered(_run_case_args, args, workers, note)
 
 
 def write_frontier_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
