@@ -122,6 +122,10 @@ def test_hostile_job_name_rejected(name: str) -> None:
     ({"output": 'x"y'}, "output"), ({"partition": "gpu;rm"}, "partition"),
     ({"mode": "fast"}, "mode"), ({"model": "Res Net"}, "model"), ({"epochs": 0}, "epochs"),
     ({"grace_seconds": 0}, "grace_seconds"), ({"script": "a\nb"}, "script"),
+    # surrogate-escaped bytes (a non-UTF-8 argv) would crash writing the script
+    ({"command": ("python", "\udcff.py")}, "command"), ({"script": "\udcff.py"}, "script"),
+    ({"output": "\udcff"}, "output"), ({"model": "\udcff"}, "model"),
+    ({"job_name": "\udcff"}, "job_name"),
 ])
 def test_validation_names_the_field(changes: dict, field: str) -> None:
     with pytest.raises(InputError) as err:
@@ -298,7 +302,10 @@ def test_multi_node_script_runs_torchrun(fake_slurm: dict, tmp_path: Path) -> No
 
 # --- the CLI and sbatch ---------------------------------------------------------------------
 
-def test_cli_dry_run(tmp_path: Path, no_site_config: Path) -> None:
+def test_cli_dry_run(tmp_path: Path, no_site_config: Path,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('training')\n")   # --script must exist
     result = CliRunner().invoke(main, [
         "--nodes", "2", "--gpus", "4", "--model", "ResNet-50", "--epochs", "10",
         "--batch-sizes", "16,32,64,128", "--batch-size", "64", "--samples-per-epoch", "100000",
@@ -384,6 +391,113 @@ def test_sbatch_failure_carries_stderr(tmp_path: Path, monkeypatch: pytest.Monke
         submit(sbatch_argv(SINGLE, "s.sbatch"))
     with pytest.raises(SubmitError, match="no job id"):
         parse_job_id("")
+
+
+@pytest.fixture()
+def recording_sbatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     no_site_config: Path) -> Path:
+    """A fake sbatch on PATH that records its argv in the returned file (absent: never run);
+    the test runs in tmp_path."""
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    _fake_sbatch(tmp_path, 'printf "%s\\n" "$@" > "$(dirname "$0")/argv"\necho 12345\n')
+    return tmp_path / "bin" / "argv"
+
+
+def _nothing_written_or_submitted(tmp_path: Path, sbatch_argv_file: Path) -> None:
+    assert not sbatch_argv_file.exists(), "sbatch was run"
+    assert not (tmp_path / "scripts").exists(), "a job script was written"
+    assert not (tmp_path / "g.db").exists(), "the store was written"
+
+
+@pytest.mark.parametrize("script, problem", [("nonexistent.py", "does not exist"),
+                                             ("/nonexistent.py", "does not exist"),
+                                             ("adir", "is a directory")])
+def test_script_must_be_an_existing_file(tmp_path: Path, recording_sbatch: Path, script: str,
+                                         problem: str) -> None:
+    (tmp_path / "adir").mkdir()
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       str(tmp_path / "scripts"), "--script", script])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--script'" in result.output and problem in result.output
+    _nothing_written_or_submitted(tmp_path, recording_sbatch)
+
+
+def test_script_relative_to_the_submit_directory_is_submitted(tmp_path: Path,
+                                                               recording_sbatch: Path) -> None:
+    (tmp_path / "train.py").write_text("print('training')\n")
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       str(tmp_path / "scripts"), "--script", "train.py"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "12345"
+    script = Path(recording_sbatch.read_text().splitlines()[-1])
+    assert "srun --ntasks=1 --kill-on-bad-exit=1 python train.py &" in script.read_text()
+
+
+NOT_UTF8 = os.fsdecode(b"\xff\xfe.py")      # what Python makes of non-UTF-8 argv bytes
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--", "python", NOT_UTF8], "COMMAND"),
+    (["--script", NOT_UTF8], "--script"),                 # an existing file (made below)
+    (["--output", os.fsdecode(b"\xff"), "--", "true"], "--output"),
+    (["--cluster", os.fsdecode(b"\xff"), "--db", "g.db", "--", "true"], "--cluster"),
+    (["--db", os.fsdecode(b"g\xff.db"), "--", "true"], "--db"),
+    (["--model", os.fsdecode(b"\xff"), "--samples-per-epoch", "10", "--batch-sizes", "4",
+      "--", "true"], "--model"),
+    (["--job-name", os.fsdecode(b"j\xff"), "--", "true"], "--job-name"),
+    (["--dry-run", "--", "python", NOT_UTF8], "COMMAND"),  # the dry run refuses it too
+])
+def test_non_utf8_text_is_refused_before_anything_is_written(
+        tmp_path: Path, recording_sbatch: Path, args: list[str], option: str) -> None:
+    (tmp_path / NOT_UTF8).write_text("")
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       str(tmp_path / "scripts"), *args])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}': not valid UTF-8" in result.output
+    assert "\\xff" in result.output                    # the offending bytes, as typed
+    _nothing_written_or_submitted(tmp_path, recording_sbatch)
+
+
+def test_non_utf8_script_dir_is_refused(tmp_path: Path, recording_sbatch: Path) -> None:
+    scripts = os.fsdecode(os.fsencode(tmp_path / "scripts") + b"\xff")
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       scripts, "--", "true"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--script-dir': not valid UTF-8" in result.output
+    assert os.listdir(tmp_path) == ["bin"]
+    assert not recording_sbatch.exists()
+
+
+def test_script_that_cannot_be_written_whole_is_removed(tmp_path: Path,
+                                                        recording_sbatch: Path) -> None:
+    """A write that fails midway (here: the file size limit, as a full disk would) leaves no
+    empty or cut job script and submits nothing; the error is a message, not a traceback."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        ["bash", "-c", 'ulimit -f 1 && exec "$@"', "-", sys.executable, "-m",
+         "shockslurm.cli.shocksub", "--model", "ResNet-18", "--epochs", "3", "--script-dir",
+         str(tmp_path / "scripts"), "--", "true"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "File too large" in proc.stderr and "Traceback" not in proc.stderr
+    assert list((tmp_path / "scripts").iterdir()) == []
+    assert not recording_sbatch.exists()
+
+
+@pytest.mark.parametrize("model", ["Res;Net", "M" * 60])    # a bad name; one 'shock-' makes long
+def test_derived_job_name_error_names_the_model(model: str) -> None:
+    result = CliRunner().invoke(main, ["--model", model, "--epochs", "3", "--samples-per-epoch",
+                                       "10", "--batch-sizes", "4", "--dry-run", "--", "python",
+                                       "x.py"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--model'" in result.output
+    assert "used to build the job name" in result.output
+    assert "'--job-name'" not in result.output
+    result = CliRunner().invoke(main, ["--model", model, "--job-name", "a;b", "--epochs", "3",
+                                       "--samples-per-epoch", "10", "--batch-sizes", "4",
+                                       "--dry-run", "--", "python", "x.py"])
+    assert result.exit_code == 2 and "Invalid value for '--job-name'" in result.output
 
 
 def test_requests_no_node_can_hold_are_refused() -> None:

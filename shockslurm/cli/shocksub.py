@@ -28,7 +28,7 @@ from ..model import ADAPTATION_MODES
 from ..siteconfig import DEFAULT_CLUSTER, report_spool
 from ..slurm.cli_backend import CliBackend
 from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, load_template, new_report_secret,
-                            render_script, sbatch_argv, submit)
+                            render_script, require_utf8, sbatch_argv, submit)
 from ..workload.catalogue import CATALOGUE
 
 DEFAULT_SCRIPT_DIR = "~/.shockslurm/scripts"
@@ -70,13 +70,19 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
         batch_sizes = info.ladder
     if batch_size is None:
         batch_size = batch_sizes[0] if batch_sizes else 0
-    return JobRequest(
-        job_name=job_name if job_name is not None else f"shock-{model}",
-        model=model, command=tuple(command), script=script,
-        samples_per_epoch=samples_per_epoch, batch_sizes=tuple(batch_sizes),
-        batch_size=batch_size, nodes=nodes,
-        template=template or ("multi_node" if nodes > 1 else "single_node"),
-        **fields)
+    try:
+        return JobRequest(
+            job_name=job_name if job_name is not None else f"shock-{model}",
+            model=model, command=tuple(command), script=script,
+            samples_per_epoch=samples_per_epoch, batch_sizes=tuple(batch_sizes),
+            batch_size=batch_size, nodes=nodes,
+            template=template or ("multi_node" if nodes > 1 else "single_node"),
+            **fields)
+    except InputError as exc:
+        if job_name is None and exc.field == "job_name":    # derived: the user gave the model
+            raise InputError("the model name is used to build the job name (shock-MODEL): "
+                             + exc.message, field="model") from None
+        raise
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"],
@@ -114,7 +120,9 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
                    "spec there after a successful submission.")
 @click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True,
               help="Cluster name the spec is registered under (the daemon's [daemon] cluster).")
-@click.option("--script", "script", help="Python training script (trailing args are its args).")
+@click.option("--script", "script", type=click.Path(exists=True, dir_okay=False),
+              help="Python training script, relative to the submit directory (the job runs "
+                   "there; trailing args are its args).")
 @click.option("--script-dir", default=DEFAULT_SCRIPT_DIR, show_default=True,
               help="Where the rendered job scripts are kept.")
 @click.option("--dry-run", is_flag=True,
@@ -135,14 +143,19 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
             raise click.MissingParameter(param_hint=f"'--{name}'", param_type="option")
     # The job's report secret: in the job script only; the store gets the derived key.
     secret = None if dry_run else new_report_secret()
+    directory = Path(os.path.expanduser(script_dir))
     try:
+        # what reaches the sbatch call (the script's path) or the store besides the request
+        for field, value in (("script_dir", str(directory)), ("cluster", cluster),
+                             ("db", db_url)):
+            if value is not None:
+                require_utf8(field, value)
         req = build_request(command=command, script=script, batch_sizes=_ladder(batch_sizes),
                             **options)
         text = render_script(req, load_template(req.template), secret,
                              spool=_site_spool())
     except InputError as exc:
         raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None
-    directory = Path(os.path.expanduser(script_dir))
     if not dry_run:
         _check_cluster(req)
     if dry_run:
@@ -152,15 +165,10 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
         click.echo(shlex.join(sbatch_argv(req, str(placeholder))))
         return
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        # mkstemp creates the file 0600: the secret in it stays the user's.
-        fd, path = tempfile.mkstemp(prefix=f"{req.job_name}-", suffix=".sbatch", dir=directory)
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        path = _write_script(directory, req.job_name, text)
         job_id = submit(sbatch_argv(req, path), echo=lambda msg: click.echo(msg, err=True))
         submitted_at = time.time()
-    except (OSError, ShockslurmError) as exc:
+    except (OSError, UnicodeError, ShockslurmError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(job_id)
     if db_url is not None:
@@ -170,6 +178,23 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
             # The job is in Slurm and carries its spec in the comment: warn, do not fail.
             click.echo(f"shocksub: job {job_id} submitted but not registered in the store: {exc}",
                        err=True)
+
+
+def _write_script(directory: Path, job_name: str, text: str) -> str:
+    """Write the job script whole or not at all and return its path: a file that could not be
+    written in full (disk full, quota, ...) is removed, so sbatch never gets an empty or cut one.
+    mkstemp creates the file 0600: the report secret in it stays the user's."""
+    data = text.encode("utf-8")         # before any file exists (the text is validated UTF-8)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"{job_name}-", suffix=".sbatch", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(data)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
 
 
 def _site_spool() -> str | None:

@@ -57,6 +57,10 @@ TIME_RE = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(:\d{1,2}){0
 # so anything that would be mangled there is refused rather than escaped.
 DIRECTIVE_VALUE_RE = re.compile(r"^[^\s'\"\\\x00-\x1f\x7f]+$")
 LINE_BREAKERS = ("\x00", "\n", "\r")
+# The JobRequest fields holding text, checked for UTF-8 (`require_utf8`) before anything else:
+# model before job_name, which shocksub derives from it.
+TEXT_FIELDS = ("model", "job_name", "script", "command", "partition", "time", "account", "qos",
+               "output", "mode", "template")
 # NB: always `fullmatch` these patterns: with `match`, "$" also matches before a trailing "\n",
 # so "gpu\n" would pass as a partition name.
 
@@ -101,6 +105,7 @@ class JobRequest:
 
     def validate(self) -> "JobRequest":
         """Raise `InputError(field=<option name>)` for the first bad field; return self."""
+        self._validate_utf8()
         _name("job_name", self.job_name)
         _name("model", self.model)
         _int_range("gpus", self.gpus, 1, MAX_GPUS_PER_NODE)
@@ -146,6 +151,15 @@ class JobRequest:
                              field="template")
         self._validate_command()
         return self
+
+    def _validate_utf8(self) -> None:
+        """Every text field reaches the job script or the sbatch call: refuse non-UTF-8 first."""
+        for field in TEXT_FIELDS:
+            value = getattr(self, field)
+            values = value if field == "command" and isinstance(value, (tuple, list)) else (value,)
+            for text in values:
+                if isinstance(text, str):       # other types: the field's own check says so
+                    require_utf8(field, text)
 
     def _validate_ladder(self) -> None:
         sizes = self.batch_sizes
@@ -201,6 +215,27 @@ class JobRequest:
         if any(c in text for c in LINE_BREAKERS + (";", " ")):   # cannot happen after validate
             raise InputError(f"job spec {text!r} would break the Slurm comment", field="model")
         return text
+
+
+def require_utf8(field: str, value: str) -> None:
+    """Refuse text that cannot be encoded as UTF-8: bytes from a non-UTF-8 command line arrive
+    surrogate-escaped (PEP 383) and would fail only when written into the job script or the
+    store, after a file was created or the job submitted. Raises `InputError(field=field)`."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"not valid UTF-8: {_raw_text(value)} (the job script, the sbatch call "
+                         "and the store take UTF-8 text only)", field=field) from None
+
+
+def _raw_text(value: str) -> str:
+    """`value` as the bytes the user typed where it came from a command line ('\\xff'), else
+    its `ascii` form; bounded, so a long argument cannot flood the error message."""
+    try:
+        shown = repr(value.encode("utf-8", "surrogateescape"))[1:]     # b'\xff' -> '\xff'
+    except UnicodeEncodeError:      # a lone surrogate no command line produces
+        shown = ascii(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _name(field: str, value: str) -> None:
