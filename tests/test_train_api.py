@@ -21,7 +21,7 @@ from shockslurm.train.reports import Reporter  # noqa: E402
 from .train_job import TRAIN_LOOP, job_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-API = ["CheckpointManager", "CorruptCheckpoint", "Lease", "Reporter", "ResumableSampler",
+API = ["CheckpointManager", "CheckpointMismatch", "CorruptCheckpoint", "Lease", "Reporter", "ResumableSampler",
        "ShardedCheckpointManager",
        "ShockTrainer", "install_signal_handlers", "load_checkpoint"]
 

@@ -18,7 +18,8 @@ Import it first, before torch, so that a stop signal arriving while torch loads 
 Public names (`__all__`, all lazily imported, so `import shockslurm.train` does not load torch):
 - `ShockTrainer`: checkpoint on a schedule, stop cleanly on SIGUSR1/SIGTERM or the stop file,
   resume exactly, report progress (see `trainer`).
-- `CheckpointManager`, `load_checkpoint`, `CorruptCheckpoint`: the checkpoint files, plain
+- `CheckpointManager`, `load_checkpoint`, `CorruptCheckpoint`, `CheckpointMismatch` (a good
+  checkpoint of another model): the checkpoint files, plain
   `torch.save` dicts that `torch.load(path, weights_only=True)` reads, each with a sha256 sidecar
   (see `checkpoint`).
 - `ShardedCheckpointManager`: sharded (FSDP) model and optimizer states through
@@ -45,6 +46,7 @@ _EXPORTS = {
     "ShockTrainer": "trainer",
     "CheckpointManager": "checkpoint",
     "CorruptCheckpoint": "checkpoint",
+    "CheckpointMismatch": "checkpoint",
     "load_checkpoint": "checkpoint",
     "Lease": "lease",
     "Reporter": "reports",

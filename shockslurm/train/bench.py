@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._args import positive_int
 from .checkpoint import CheckpointManager
 from .lease import Lease
 from .reports import Reporter, SpoolSink
@@ -122,11 +123,11 @@ def run(*, hidden: int = 512, batch_size: int = 128, steps: int = 300, repeats: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m shockslurm.train.bench", description=__doc__)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=positive_int, default=512)
+    ap.add_argument("--batch-size", type=positive_int, default=128)
+    ap.add_argument("--steps", type=positive_int, default=300)
+    ap.add_argument("--repeats", type=positive_int, default=15)
+    ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     args = ap.parse_args(argv)
     result = run(hidden=args.hidden, batch_size=args.batch_size, steps=args.steps,

@@ -68,6 +68,10 @@ class CorruptCheckpoint(Exception):
     """A checkpoint file failed validation (the message says why)."""
 
 
+class CheckpointMismatch(RuntimeError):
+    """A good checkpoint that does not fit the objects it is loaded into (another model's)."""
+
+
 # --------------------------------------------------------------------------- file level
 
 def serialize(state: dict[str, Any]) -> bytes:
@@ -97,10 +101,15 @@ class _HashingWriter:
     def __init__(self) -> None:
         self.fh: Any = None
         self.sha256 = hashlib.sha256()
+        self.error: OSError | None = None   # torch.save reports a failed write as RuntimeError
 
     def write(self, data: Any) -> int:
         self.sha256.update(data)
-        return int(self.fh.write(data))
+        try:
+            return int(self.fh.write(data))
+        except OSError as exc:
+            self.error = exc
+            raise
 
     def flush(self) -> None:
         self.fh.flush()
@@ -122,7 +131,12 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
     def dump(fh: IO[bytes]) -> None:
         writer.fh = fh
-        torch.save(state, cast(IO[bytes], writer))
+        try:
+            torch.save(state, cast(IO[bytes], writer))
+        except RuntimeError:
+            if writer.error is not None:    # e.g. ENOSPC, which torch words as "unexpected pos"
+                raise writer.error from None
+            raise
 
     def sidecar() -> None:
         line = sha256sum_line(writer.sha256.hexdigest(), path.name)
@@ -287,6 +301,18 @@ class CheckpointManager:
     def path_for(self, step: int) -> Path:
         return self.directory / f"ckpt-{int(step):012d}.pt"
 
+    def check_writable(self) -> None:
+        """Create the directory and a file in it (removed again); raise an OSError naming the
+        directory when that fails, so a job that could never checkpoint stops before training."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".ckpt-probe.", suffix=".tmp", dir=self.directory)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise OSError(exc.errno, f"checkpoint directory {self.directory} is not writable: "
+                          f"{exc.strerror or exc}") from None
+
     def checkpoints(self) -> list[tuple[int, Path]]:
         """(step, path) of every checkpoint file, oldest first."""
         if not self.directory.is_dir():
@@ -309,11 +335,17 @@ class CheckpointManager:
         self._rotate()
         return path
 
-    def load_latest(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest checkpoint that validates, or None; bad ones are logged and skipped."""
+    def load_latest(self, check: Callable[[dict[str, Any], str], None] | None = None
+                    ) -> tuple[Path, dict[str, Any]] | None:
+        """The newest checkpoint that validates, or None; bad ones are logged and skipped.
+        `check(state, name)` may refuse a state by raising CorruptCheckpoint (`state.check_format`:
+        a file that is not the trainer's)."""
         for step, path in reversed(self.checkpoints()):
             try:
-                return path, read_checkpoint(path)
+                state = read_checkpoint(path)
+                if check is not None:
+                    check(state, str(path))
+                return path, state
             except CorruptCheckpoint as exc:
                 log.warning("shockslurm.train: skipping bad checkpoint %s: %s", path, exc)
             except OSError as exc:
@@ -343,3 +375,40 @@ class CheckpointManager:
                     os.unlink(entry.path)
                 except OSError:
                     pass
+
+
+class SaveRecord:
+    """A training loop's checkpoints as its writer rank sees them: the newest step checkpointed
+    (or resumed from), and what a failed save or a stop says about it. A save that fails (full
+    disk, lost mount) is logged and the loop goes on: the newest good checkpoint stays."""
+
+    def __init__(self, manager: CheckpointManager) -> None:
+        self.manager = manager
+        self.good_step: int | None = None
+
+    def save(self, state: dict[str, Any], step: int) -> tuple[Path | None, bool]:
+        """Write `state` as the checkpoint of `step` (on the writer); (its path or None, whether
+        the write succeeded)."""
+        try:
+            path = self.manager.save(state, step)
+        except OSError as exc:
+            log.error("shockslurm.train: checkpoint at step %d failed: %s; %s", step, exc,
+                      self.fallback())
+            return None, False
+        if self.manager.is_writer:
+            self.good_step = step
+        return path, True
+
+    def fallback(self) -> str:
+        """Where a rerun would resume from."""
+        if self.good_step is None:
+            return "no good checkpoint yet: a rerun starts from scratch"
+        return f"a rerun resumes from step {self.good_step}, the newest good checkpoint"
+
+    def stop_outcome(self, step: int) -> str:
+        """What a stop at `step` leaves, for its log line."""
+        if not self.manager.is_writer:
+            return "the writer rank checkpoints it"
+        if self.good_step == step:
+            return "checkpoint written"
+        return f"its checkpoint FAILED: {self.fallback()}"

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -23,24 +24,33 @@ Schedule = int | Sequence[int] | Mapping[int, int] | Callable[[int], int]
 
 
 def batch_size_for(schedule: Schedule, epoch: int) -> int:
-    """The batch size a schedule gives an epoch."""
+    """The batch size a schedule gives an epoch (ValueError saying what is wrong with either)."""
+    size: Any
     if callable(schedule):
         size = schedule(epoch)
-    elif isinstance(schedule, int):
+    elif _whole_number(schedule):
         size = schedule
     elif isinstance(schedule, Mapping):
         starts = sorted(k for k in schedule if k <= epoch)
         if not starts:
             raise ValueError(f"batch-size schedule has no entry at or before epoch {epoch}")
         size = schedule[starts[-1]]
-    else:
+    elif isinstance(schedule, Iterable) and not isinstance(schedule, (str, bytes)):
         seq = list(schedule)
         if not seq:
             raise ValueError("empty batch-size schedule")
         size = seq[min(epoch, len(seq) - 1)]
-    if not isinstance(size, int) or size < 1:
+    else:
+        raise ValueError(f"batch-size schedule must be a whole number, a list, a dict "
+                         f"{{first epoch: size}} or a function of the epoch, got {schedule!r}")
+    if not _whole_number(size) or size < 1:
         raise ValueError(f"batch size for epoch {epoch} must be a positive int, got {size!r}")
-    return size
+    return int(size)
+
+
+def _whole_number(value: Any) -> bool:
+    """An int or numpy integer, not a bool (True is no batch size)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def fetch(dataset: Any, indices: torch.Tensor) -> Any:

@@ -12,9 +12,12 @@ What it does, as `ShockTrainer` does for a plain loop:
   callbacks) plus every RNG state, written by `CheckpointManager` (atomic, sha256 sidecar, the
   newest `keep` kept), every `every_steps` steps / `every_seconds`, and at the step a stop is
   honoured. The files are plain `torch.save` dicts: `torch.load(path, weights_only=False)` or
-  `Trainer.fit(ckpt_path=path)` read them too.
+  `Trainer.fit(ckpt_path=path)` read them too. As with `ShockTrainer`, a `ckpt_dir` that
+  cannot be written is refused when the callback is built, and a save that fails later is
+  logged with where a rerun would resume from, while training goes on.
 - **Resume**: when `fit` is given no `ckpt_path`, the newest good checkpoint in `ckpt_dir` is
-  loaded (a corrupt or torn one is skipped with a warning), loops included, and RNG states are
+  loaded (a corrupt or torn one, or a file that is not this callback's, is skipped with a
+  warning), loops included, and RNG states are
   put back just before training continues. Give the DataLoader `sampler=cb.sampler(dataset)`
   (a `ResumableSampler`): an interrupted epoch then continues after the batches already trained
   on, so the run ends bit-identical to an uninterrupted one.
@@ -44,7 +47,7 @@ import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
-from .checkpoint import CheckpointManager
+from .checkpoint import CheckpointManager, CorruptCheckpoint, SaveRecord
 from .data import ResumableSampler, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
@@ -65,6 +68,9 @@ class ShockwaveCallback(pl.Callback):
                  exit_on_stop: bool = True, resume: bool = True, report_interval_s: float = 10.0,
                  reporter: Reporter | None = None, lease: Lease | None = None) -> None:
         self.ckpt = CheckpointManager(ckpt_dir, keep=keep)
+        self.saves = SaveRecord(self.ckpt)
+        if self.ckpt.is_writer:
+            self.ckpt.check_writable()  # before training: a job that cannot checkpoint loses work
         self.every_steps, self.every_seconds = every_steps, every_seconds
         self.seed, self.exit_on_stop, self.resume_enabled = seed, exit_on_stop, resume
         self.report_interval_s = report_interval_s
@@ -102,10 +108,11 @@ class ShockwaveCallback(pl.Callback):
             log.info("shockslurm.train: Lightning's SLURM auto-requeue turned off")
         if stage != "fit" or not self.resume_enabled or trainer.ckpt_path:
             return
-        found = self.ckpt.load_latest()
+        found = self.ckpt.load_latest(check=_check_lightning)
         if found is None:
             return
         path, state = found
+        self.saves.good_step = int(state["global_step"])
         # Lightning picks its checkpoint before `setup`; hand it the verified dict instead of a
         # path (its restore reads `_loaded_checkpoint`, `resume_end` clears it).
         trainer._checkpoint_connector._loaded_checkpoint = state
@@ -182,8 +189,8 @@ class ShockwaveCallback(pl.Callback):
         if stop and not self.stopped:
             self.stopped = True
             trainer.should_stop = True
-            log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written", step,
-                        self.lease.reason or "stop requested")
+            log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
+                        self.lease.reason or "stop requested", self.saves.stop_outcome(step))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._save_due:
@@ -214,12 +221,12 @@ class ShockwaveCallback(pl.Callback):
         if step == self._last_save_step:
             return None
         state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-        path = self.ckpt.save(state, step)
+        path, ok = self.saves.save(state, step)
         trainer.strategy.barrier("shockslurm-checkpoint")
         self._last_save_step, self._last_save_time = step, time.monotonic()
         self._save_due = False
         if self.ckpt.is_writer:
-            self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, True)
+            self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, ok)
         return path
 
     # ------------------------------------------------------------------ the end
@@ -230,6 +237,15 @@ class ShockwaveCallback(pl.Callback):
             log.warning("shockslurm.train: exiting 0 at step %d for Slurm to requeue",
                         trainer.global_step)
             raise SystemExit(0)
+
+
+def _check_lightning(state: dict[str, Any], name: str) -> None:
+    """Refuse (CorruptCheckpoint) a file in the checkpoint directory that is not a Lightning
+    checkpoint this callback wrote."""
+    missing = [k for k in ("state_dict", "global_step", STATE_KEY) if k not in state]
+    if missing:
+        raise CorruptCheckpoint(f"{name}: not a checkpoint of this callback (no "
+                                f"{', '.join(missing)})")
 
 
 def _batch_len(batch: Any) -> int:

@@ -115,14 +115,20 @@ class Reporter:
                  job_id: int | None = None, job_pk: int | None = None,
                  min_interval_s: float = 10.0, queue_size: int = 256,
                  clock: Callable[[], float] = time.time, secret: str | None = None) -> None:
+        self._key: str | None = None
+        self.job_pk = job_pk
+        try:
+            # Reports carry a signature, never the secret (nor, for legacy secrets, the HMAC key).
+            self._key = _checked_key(secret if secret is not None else os.environ.get(SECRET_ENV))
+            if job_pk is None:
+                self.job_pk = _job_pk_from_env()
+        except ValueError as exc:
+            _say_once(f"this job's progress reports are off: {exc}. Training goes on; the "
+                      "scheduler estimates its progress from its run time")
+            sink = None
         self.sink = sink
-        secret = secret if secret is not None else os.environ.get(SECRET_ENV)
-        # Reports carry a signature, never the secret (nor, for legacy secrets, the HMAC key).
-        self._key: str | None = signing_key(secret) if secret else None
         self.cluster = cluster or os.environ.get("SHOCKSLURM_CLUSTER") or "slurm"
         self.job_id = job_id if job_id is not None else _env.slurm_job_id()
-        env_pk = os.environ.get("SHOCKSLURM_JOB_PK")
-        self.job_pk = job_pk if job_pk is not None else (int(env_pk) if env_pk else None)
         self.min_interval_s = min_interval_s
         self.clock = clock
         self.sent = 0
@@ -225,6 +231,30 @@ class Reporter:
             except Exception:  # pragma: no cover
                 pass
         self._thread = None
+
+
+def _checked_key(secret: str | None) -> str | None:
+    """The signing key of `secret` (None without one), tried on a probe report so that a
+    malformed secret is found here, not at the first report (ValueError naming it)."""
+    if not secret:
+        return None
+    try:
+        key = signing_key(secret)
+        sign({"probe": 1}, key)
+    except ValueError as exc:
+        raise ValueError(f"the report secret (${SECRET_ENV}) is unusable: {exc}") from None
+    return key
+
+
+def _job_pk_from_env() -> int | None:
+    """$SHOCKSLURM_JOB_PK as a number (None when unset; ValueError when not a number)."""
+    text = os.environ.get("SHOCKSLURM_JOB_PK")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"$SHOCKSLURM_JOB_PK is not a whole number: {text!r}") from None
 
 
 def reporter_from_env(**kwargs: Any) -> Reporter:

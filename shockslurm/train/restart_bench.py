@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._args import positive_int, writable_dir
+
 MODELS = ("mlp", "resnet50", "transformer")
 WARM_STEPS = 5            # steps before the stop signal; the first steps after a resume
 STEADY_STEPS = 10         # steps after the warm-up that give the steady step time
@@ -176,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--model", choices=MODELS, default="mlp")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--tmp-dir", help="where the checkpoints go (default: the system's temp)")
+    ap.add_argument("--batch-size", type=positive_int, default=32)
+    ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--tmp-dir", type=writable_dir, help="where the checkpoints go (default: the system's temp)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ckpt-dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

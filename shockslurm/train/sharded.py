@@ -4,6 +4,7 @@ own shards, nothing is gathered whole on one rank.
 Layout (per checkpoint, in the checkpoint directory):
 
     dcp-<step:012d>/             DCP's files (`.metadata`, `__<rank>_0.distcp`, ...)
+    dcp-<step:012d>/rng.pt       every rank's RNG states and `extras` (written by rank 0)
     dcp-<step:012d>/MANIFEST.sha256   every other file's sha256, `sha256sum -c` format
 
 Writing (`save`, collective: every rank calls it): DCP writes into a dot-named temporary
@@ -37,6 +38,7 @@ from .state import rng_state, set_rng_state
 log = logging.getLogger("shockslurm.train")
 
 MANIFEST = "MANIFEST.sha256"
+RANK0_FILE = "rng.pt"       # rank 0's own: every rank's RNG states and the extras
 _NAME_RE = re.compile(r"^dcp-(\d{12})$")
 
 
@@ -67,17 +69,24 @@ def check_manifest(directory: Path) -> str | None:
     """None when every file the manifest names is there with its checksum, else why not."""
     try:
         lines = (directory / MANIFEST).read_text(encoding="utf-8").splitlines()
-    except OSError:
+    except FileNotFoundError:
         return "no manifest (the save that wrote it did not finish)"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable manifest: {exc}"
     if not lines:
         return "empty manifest"
     for line in lines:
         digest, _, name = line.partition("  ")
+        if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"manifest line {line[:80]!r} names no file of this checkpoint"
         path = directory / name
         if not path.is_file():
             return f"{name} is missing"
-        if _digest(path) != digest:
-            return f"{name}: sha256 differs from the manifest (corrupt or torn)"
+        try:
+            if _digest(path) != digest:
+                return f"{name}: sha256 differs from the manifest (corrupt or torn)"
+        except OSError as exc:
+            return f"{name} cannot be read: {exc}"
     return None
 
 
@@ -114,12 +123,12 @@ class ShardedCheckpointManager:
             shutil.rmtree(tmp, ignore_errors=True)
         _barrier()
         state = _state(model, optimizer)
-        state["meta"] = {"step": int(step), "extras": dict(extras or {})}
+        state["meta"] = {"step": int(step)}
         dcp.save(state, checkpoint_id=str(tmp))
         rngs = _gather_rng()
         _barrier()
         if _rank() == 0:
-            torch.save({"rng_ranks": rngs}, tmp / "rng.pt")
+            torch.save({"rng_ranks": rngs, "extras": dict(extras or {})}, tmp / RANK0_FILE)
             write_manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -153,13 +162,15 @@ class ShardedCheckpointManager:
             return None
         path = Path(chosen[0])
         state = _state(model, optimizer)
-        state["meta"] = {"step": 0, "extras": {}}
+        state["meta"] = {"step": 0}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer if optimizer is not None else (),
                        model_state_dict=state["model"],
                        optim_state_dict=state.get("optim", {}))
-        self.extras = dict(state["meta"].get("extras") or {})
-        rngs = torch.load(path / "rng.pt", weights_only=True)["rng_ranks"]
+        rank0 = torch.load(path / RANK0_FILE, weights_only=True)
+        # DCP restores only the keys its template names, so the extras travel in rank 0's file
+        self.extras = dict(rank0.get("extras") or {})
+        rngs = rank0["rng_ranks"]
         if len(rngs) > _rank():
             set_rng_state(rngs[_rank()])
         return path, int(state["meta"]["step"])

@@ -98,6 +98,21 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = No
     }
 
 
+REQUIRED_KEYS = ("step", "model", "data")
+
+
+def check_format(state: dict[str, Any], name: str) -> None:
+    """Raise CorruptCheckpoint unless `state` is a `capture()` dict of a format this version
+    reads, with the keys every format has (a file of someone else's `torch.save` is not)."""
+    if state.get("format") not in FORMATS_READ:
+        raise CorruptCheckpoint(f"{name}: unknown checkpoint format {state.get('format')!r} (this "
+                                f"version reads formats {', '.join(map(str, FORMATS_READ))})")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CorruptCheckpoint(f"{name}: not a checkpoint of this helper (no "
+                                f"{', '.join(missing)})")
+
+
 def restore(state: dict[str, Any], model: torch.nn.Module,
             optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
             scaler: Any = None, rng: bool = True, rng_rank: int = 0,
@@ -107,9 +122,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     A checkpoint of a multi-rank run holds every rank's RNG states (`rng_ranks`); rank
     `rng_rank` takes its own when the world size is unchanged, else rank 0's (with a warning:
     the run continues, but not bit-identically)."""
-    if state.get("format") not in FORMATS_READ:
-        raise CorruptCheckpoint(f"unknown checkpoint format {state.get('format')!r} (this "
-                                f"version reads formats {', '.join(map(str, FORMATS_READ))})")
+    check_format(state, "checkpoint")
     inner = unwrap(model)
     inner.load_state_dict(_model_state(state, inner))
     if optimizer is not None and state.get("optimizer") is not None:

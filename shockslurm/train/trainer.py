@@ -26,6 +26,13 @@ from `import shockslurm.train`: see `lease`); a signal that came earlier is hono
 without it, the trainer resumes at the first `epochs()` (or an explicit `resume()`), and `close()`
 ends it.
 
+A `ckpt_dir` that cannot be written is refused when the trainer is built (OSError naming it),
+before any training is lost. A checkpoint that fails later (a full disk, a lost mount) is logged
+as an error saying where a rerun would resume from, and training goes on; a stop whose checkpoint
+fails says so and still ends the run with exit 0, so Slurm requeues it and the rerun resumes
+from the newest good checkpoint (a file in `ckpt_dir` that is not this helper's is skipped with a
+warning; a good checkpoint of another model raises `CheckpointMismatch` naming it).
+
 When it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in `ckpt_dir`) it loads the newest
 good checkpoint and continues with the same batches in the same order and the same RNG streams,
 so the final weights are bit-identical to an uninterrupted run (given deterministic kernels and
@@ -55,7 +62,10 @@ a dict {first epoch: size}, or a callable epoch -> size); each change is reporte
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import os
+import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -63,11 +73,11 @@ from typing import Any
 import torch
 
 from . import _env
-from .checkpoint import CheckpointManager
+from .checkpoint import CheckpointManager, CheckpointMismatch, SaveRecord
 from .epochs import EpochLoops, Schedule, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
-from .state import capture, restore
+from .state import capture, check_format, restore
 
 log = logging.getLogger("shockslurm.train")
 
@@ -94,19 +104,22 @@ class ShockTrainer(EpochLoops):
                  lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
         self.model, self.optimizer = model, optimizer
         self.scheduler, self.scaler = scheduler, scaler
-        self.ckpt = CheckpointManager(ckpt_dir, keep=keep)
-        self.every_steps = every_steps
-        self.every_seconds = every_seconds
-        self.seed = seed
-        self.check_every = max(1, int(check_every))
+        self.ckpt = CheckpointManager(ckpt_dir, keep=_whole("keep", keep))
+        self.saves = SaveRecord(self.ckpt)
+        self.every_steps = _whole("every_steps", every_steps, optional=True)
+        self.every_seconds = _seconds("every_seconds", every_seconds, optional=True)
+        self.seed = _whole("seed", seed, least=None)
+        self.check_every = _whole("check_every", check_every)
         self.checkpoint_epochs = checkpoint_epochs
         self.exit_on_stop = exit_on_stop
         self.resume_enabled = resume
-        self.report_interval_s = report_interval_s
+        self.report_interval_s = _seconds("report_interval_s", report_interval_s)
+        self.extras: dict[str, Any] = _picklable_extras(extras)
+        if self.ckpt.is_writer:
+            self.ckpt.check_writable()  # before training: a job that cannot checkpoint loses work
         self.reporter = reporter if reporter is not None else reporter_from_env(
             min_interval_s=report_interval_s)
         self.lease = lease if lease is not None else Lease()
-        self.extras: dict[str, Any] = dict(extras or {})
         # position
         self.global_step = 0
         self.epoch = 0
@@ -119,7 +132,7 @@ class ShockTrainer(EpochLoops):
         self.stop_reason: str | None = None
         self.batch_size_changes: list[dict[str, int]] = []   # this process's, in order
         # bookkeeping
-        self._last_save_step = -1
+        self._last_save_step = -1      # the last step a save was attempted at (every rank)
         self._last_save_time = time.monotonic()
         self._last_batch_len = 0
         self._window_start = time.perf_counter()
@@ -184,16 +197,10 @@ class ShockTrainer(EpochLoops):
         return state
 
     def save(self) -> Path | None:
-        """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up)."""
-        path = None
-        ok = True
-        try:
-            path = self.ckpt.save(self.state(), self.global_step)
-        except OSError as exc:
-            ok = False
-            log.error("shockslurm.train: checkpoint at step %d failed: %s", self.global_step, exc)
-            if self.stopped:
-                raise
+        """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up).
+        A write that fails (full disk, lost mount) is logged and training goes on: the newest
+        good checkpoint stays, and the next save tries again."""
+        path, ok = self.saves.save(self.state(), self.global_step)
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
             dist.barrier()
@@ -207,15 +214,21 @@ class ShockTrainer(EpochLoops):
     def resume(self) -> bool:
         """Load the newest good checkpoint, if any; True when one was loaded."""
         self._started = True
-        found = self.ckpt.load_latest()
+        found = self.ckpt.load_latest(check=check_format)
         if found is None:
             if _env.restart_count() > 0:
                 log.warning("shockslurm.train: SLURM_RESTART_COUNT=%d but no good checkpoint in "
                             "%s; starting from scratch", _env.restart_count(), self.ckpt.directory)
             return False
         path, state = found
-        restore(state, self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
-                rng_rank=_env.rank(), world_size=_env.world_size())
+        try:
+            restore(state, self.model, self.optimizer, scheduler=self.scheduler,
+                    scaler=self.scaler, rng_rank=_env.rank(), world_size=_env.world_size())
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise CheckpointMismatch(
+                f"{path} does not fit this run's model, optimizer or scheduler ({exc}); point "
+                "ckpt_dir at this run's own checkpoints, or move that directory away to start "
+                "afresh") from exc
         data = state["data"]
         self.global_step = int(state["step"])
         self.epoch = int(data["epoch"])
@@ -231,7 +244,7 @@ class ShockTrainer(EpochLoops):
             # optimizer.step()" warning when the resumed epoch has no batches left.
             self.optimizer._opt_called = True  # type: ignore[attr-defined]
         self.resumed_from = path
-        self._last_save_step = self.global_step
+        self._last_save_step = self.saves.good_step = self.global_step
         self._resume_pending = True
         log.info("shockslurm.train: resumed from %s (step %d, epoch %d, step in epoch %d, batch "
                  "size %s)", path, self.global_step, self.epoch, self.step_in_epoch,
@@ -282,8 +295,44 @@ class ShockTrainer(EpochLoops):
         self.stopped = True
         if not self._stop_logged:
             self._stop_logged = True
-            log.warning("shockslurm.train: stopping at step %d (%s); checkpoint written",
-                        self.global_step, self.stop_reason)
+            log.warning("shockslurm.train: stopping at step %d (%s); %s", self.global_step,
+                        self.stop_reason, self.saves.stop_outcome(self.global_step))
         if self.exit_on_stop:
             self.save_and_exit(0)
         return True
+
+
+def _whole(name: str, value: Any, *, optional: bool = False, least: int | None = 1) -> Any:
+    """`value` as an int (at least `least`; None too when `optional`), else a ValueError
+    naming the argument."""
+    if value is None and optional:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            or (least is not None and value < least)):
+        bound = "" if least is None else f" >= {least}"
+        raise ValueError(f"ShockTrainer: {name} must be a whole number{bound}"
+                         f"{' or None' if optional else ''}, got {value!r}")
+    return int(value)
+
+
+def _seconds(name: str, value: Any, *, optional: bool = False) -> Any:
+    """`value` as a finite number of seconds >= 0 (None too when `optional`), else a
+    ValueError naming the argument."""
+    if value is None and optional:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value < 0):
+        raise ValueError(f"ShockTrainer: {name} must be a finite number of seconds >= 0"
+                         f"{' or None' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `extras`, refused at once (ValueError) when a checkpoint could not hold it."""
+    out = dict(extras or {})
+    try:
+        pickle.dumps(out)
+    except Exception as exc:    # PicklingError, TypeError, AttributeError: a lambda, a lock...
+        raise ValueError(f"ShockTrainer: extras must be picklable (they are saved with every "
+                         f"checkpoint): {type(exc).__name__}: {exc}") from None
+    return out
