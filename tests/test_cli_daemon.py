@@ -1,6 +1,7 @@
 """`shockslurm daemon` as a process, without Slurm on PATH (no test cluster needed): `--once`
-exits non-zero when its round could not read Slurm, and its log lines carry syslog priorities
-under journald and are JSON only in JSON mode."""
+exits non-zero when its round could not read Slurm and does not wait for a store it cannot
+reach, signals in the start-up's wait for the store are handled as in a running daemon, and
+its log lines carry syslog priorities under journald and are JSON only in JSON mode."""
 
 from __future__ import annotations
 
@@ -92,3 +93,84 @@ def test_the_global_log_level_can_only_add_debug_lines_to_the_daemons():
     assert daemon_level(logging.DEBUG) == logging.DEBUG
     assert daemon_level(logging.WARNING) == logging.INFO    # the default: the heartbeat stays
     assert daemon_level(logging.NOTSET) == logging.INFO
+
+
+UNREACHABLE = "postgresql://shock@127.0.0.1:1/none"     # nothing listens on port 1
+
+
+def _daemon(tmp_path: Path, db: str) -> tuple[subprocess.Popen[str], Path]:
+    """The daemon (not --once) on `db`, without Slurm on PATH, its output in a file."""
+    config = tmp_path / "d.toml"
+    config.write_text(f'[daemon]\ndb = "{db}"\nbackend = "cli"\nmetrics_port = 0\n'
+                      'round_seconds = 5\n')
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    env.update(PATH=str(tmp_path / "bin"))
+    log = tmp_path / "daemon.log"
+    proc = subprocess.Popen([sys.executable, "-m", "shockslurm.cli.main", "daemon", "--config",
+                             str(config)], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    return proc, log
+
+
+def _wait_for(log: Path, text: str, timeout_s: float = 60.0) -> None:
+    import time
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if text in log.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} not in the log:\n{log.read_text()}")
+
+
+def test_once_does_not_wait_for_a_store_it_cannot_reach(tmp_path):
+    config = tmp_path / "d.toml"
+    config.write_text(f'[daemon]\ndb = "{UNREACHABLE}"\nmetrics_port = 0\nround_seconds = 5\n')
+    out = subprocess.run([sys.executable, "-m", "shockslurm.cli.main", "daemon", "--once",
+                          "--config", str(config)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Error:" in out.stderr and "127.0.0.1:1" in out.stderr
+    assert "waiting for it" not in out.stdout and "Traceback" not in out.stderr
+
+
+def test_signals_while_waiting_for_the_store(tmp_path):
+    """SIGHUP in the start-up's wait starts again with the configuration re-read (here: a
+    store that works); SIGTERM there ends the daemon with exit 0."""
+    import signal
+    proc, log = _daemon(tmp_path, UNREACHABLE)
+    try:
+        _wait_for(log, "waiting for it")
+        (tmp_path / "d.toml").write_text(
+            (tmp_path / "d.toml").read_text().replace(UNREACHABLE, str(tmp_path / "s.db")))
+        proc.send_signal(signal.SIGHUP)
+        _wait_for(log, "SIGHUP while waiting for the store: starting again")
+        _wait_for(log, "Slurm command not found: squeue")      # it started: rounds run
+        assert (tmp_path / "s.db").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        proc.kill()
+    again = tmp_path / "again"
+    again.mkdir()
+    stopping, log2 = _daemon(again, UNREACHABLE)
+    try:
+        _wait_for(log2, "waiting for it")
+        stopping.send_signal(signal.SIGTERM)
+        assert stopping.wait(timeout=60) == 0, log2.read_text()
+        assert "stopped during start-up" in log2.read_text()
+        assert "Traceback" not in log2.read_text()
+    finally:
+        stopping.kill()
+
+
+def test_once_on_standby_says_no_round_ran(tmp_path):
+    """A second daemon on the same store stands by; with --once that is a round not run."""
+    leader, log = _daemon(tmp_path, str(tmp_path / "s.db"))
+    try:
+        _wait_for(log, "Slurm command not found: squeue")       # the leader is in its rounds
+        out = _once(tmp_path)                                   # the same store, s.db
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "--once: the round did not run: this daemon is on standby" in out.stderr
+    finally:
+        leader.terminate()
+        leader.wait(timeout=60)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shockslurm.errors import InputError
-from shockslurm.slurm.submit import (TEMPLATES, JobRequest, load_template, render_script,
-                                     sbatch_argv)
+from shockslurm.slurm.job_script import load_template, render_script
+from shockslurm.slurm.submit import TEMPLATES, JobRequest, sbatch_argv
 from shockslurm.slurm.types import MANAGED_TAG, SPEC_PREFIX
 
 from .conftest import REQUIRE_ALL

@@ -48,7 +48,7 @@ sys.meta_path.insert(0, Block())
 from click.testing import CliRunner
 from shockslurm.cli.main import cli
 from shockslurm.cli.shocksub import main as shocksub
-from shockslurm.slurm.submit import new_report_secret
+from shockslurm.slurm.job_script import new_report_secret
 from shockslurm.train.reports import Reporter, SpoolSink
 r = CliRunner().invoke(cli, ['--help'])
 assert r.exit_code == 0, r.output

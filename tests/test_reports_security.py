@@ -223,7 +223,7 @@ def test_ed25519_reports_cannot_be_forged_from_what_the_store_holds(tmp_path):
     """shocksub's secrets are Ed25519 private keys and the store keeps only the public key: a
     report signed with what the store holds (the registered key, read from the database or a
     backup) is refused, unlike with the legacy HMAC keys, while the job's own reports pass."""
-    from shockslurm.slurm.submit import new_report_secret as new_secret
+    from shockslurm.slurm.job_script import new_report_secret as new_secret
     from shockslurm.train.records import signing_key
 
     carol = new_secret()

@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 from shockslurm.cli.shocksub import main
 from shockslurm.errors import InputError
-from shockslurm.slurm.submit import (JobRequest, SubmitError, load_template, parse_job_id,
-                                     render_script, sbatch_argv, submit)
+from shockslurm.slurm.job_script import load_template, render_script
+from shockslurm.slurm.submit import JobRequest, SubmitError, parse_job_id, sbatch_argv, submit
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parents[1]

@@ -7,11 +7,13 @@ The configuration file is `--config`, else `$SHOCKSLURM_CONFIG`, else
 value stops the daemon before it starts, naming the key. `--dry-run` reads the real cluster but
 only prints the scontrol/scancel argv lists it would run (no store, no metrics endpoint);
 `--once` runs a single round and exits (no metrics endpoint), with status 1 when an outage
-(Slurm unreadable, the store unwritable) cut that round short. SIGHUP re-reads the configuration,
-SIGTERM/SIGINT finish the current round and exit 0.
+(Slurm unreadable, the store unwritable) cut that round short, when the store cannot be opened
+(it does not wait) or when it stood by (another daemon leads). SIGHUP re-reads the
+configuration, SIGTERM/SIGINT finish the current round and exit 0.
 
 A store that is unavailable at start (locked, unreachable) is waited for: one log line, a retry
-every round. The daemon then acts only while it holds the store's leader lock
+every round; signals in that wait are recorded, not fatal (`daemon/startup.py`): SIGHUP starts
+again with the configuration re-read, SIGTERM/SIGINT exit 0. The daemon then acts only while it holds the store's leader lock
 (`store/leader.py`); a second daemon on the same store stands by and takes over within a round
 of the leader's death.
 """
@@ -30,6 +32,7 @@ from ..errors import ShockslurmError
 
 if TYPE_CHECKING:
     from ..daemon.runner import DaemonRunner
+    from ..daemon.startup import StartupSignals
     from ..ops.config import DaemonConfig
     from ..ops.metrics import DaemonMetrics
     from ..store.leader import LeaderLock
@@ -37,10 +40,14 @@ if TYPE_CHECKING:
 
 def _fail_if_down(runner: DaemonRunner) -> None:
     """`--once` reports its round's fate in its exit status: an outage that cut the round short
-    (Slurm could not be read, the store could not record) is an error."""
+    (Slurm could not be read, the store could not record) or a standby (another daemon leads,
+    so this one did nothing) is an error. A failed Slurm call is not: the next round retries it
+    from Slurm's state, and a race (a job that ended as it was released) fails one benignly."""
     down = [what for what, since in (("Slurm could not be read", runner.slurm_down_since),
                                      ("the store could not record", runner.store_down_since))
             if since is not None]
+    if runner.leading is False:
+        down.append("this daemon is on standby (another daemon leads the cluster)")
     if down:
         raise click.ClickException(f"--once: the round did not run: {' and '.join(down)} "
                                    "(the log above says why)")
@@ -58,11 +65,21 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     from ..ops.config import config_path as resolve_path
     from ..ops.config import mask
 
+    from ..daemon.startup import StartupSignals
+
     path = resolve_path(config_path, os.environ)
+    signals = StartupSignals()
+    signals.install()           # from here on a signal is only recorded (the runner's later)
     stop_metrics = None
     leader = None
     try:
-        runner, stop_metrics, leader = _start(path, dry_run, once)
+        started = _start_until_up(path, dry_run, once, signals)
+        if started is None:
+            logging.getLogger("shockslurm.daemon").warning(
+                "shockslurm daemon: stopped during start-up",
+                extra={"fields": {"event": "stop", "rounds": 0}})
+            return
+        runner, stop_metrics, leader = started
         rounds = runner.run(max_rounds=1 if once else None)
         logging.getLogger("shockslurm.daemon").info(
             "shockslurm daemon: stopped after %d rounds", rounds,
@@ -78,11 +95,30 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
             stop_metrics()
 
 
-def _start(path: Path, dry_run: bool, once: bool
+def _start_until_up(path: Path, dry_run: bool, once: bool, signals: StartupSignals
+                    ) -> tuple[DaemonRunner, Callable[[], None] | None, LeaderLock | None] | None:
+    """`_start`; again from the top, the configuration re-read, after a SIGHUP in its wait for
+    the store; None after a SIGTERM or SIGINT there."""
+    from ..daemon.startup import StartupInterrupted
+
+    while True:
+        try:
+            return _start(path, dry_run, once, signals)
+        except StartupInterrupted as exc:
+            if not exc.reload:
+                return None
+            logging.getLogger("shockslurm.daemon").warning(
+                "SIGHUP while waiting for the store: starting again with the configuration "
+                "re-read", extra={"fields": {"event": "reload", "during": "start-up"}})
+
+
+def _start(path: Path, dry_run: bool, once: bool, signals: StartupSignals
            ) -> tuple[DaemonRunner, Callable[[], None] | None, LeaderLock | None]:
     """The start-up path: the configuration, logs, Slurm backend, metrics endpoint, store and
     leader lock, the daemon built and `cfg` applied (the path a SIGHUP reload takes too:
-    `DaemonRunner.reload`). Returns the runner, the metrics endpoint's stop, the lock."""
+    `DaemonRunner.reload`). Returns the runner, the metrics endpoint's stop, the lock. `--once`
+    does not wait for an unavailable store; a signal in the wait ends it (`StartupInterrupted`,
+    the metrics endpoint stopped)."""
     from ..daemon.runner import DaemonRunner, build_daemon, open_store_waiting
     from ..ops import logsetup
     from ..ops.config import load_config
@@ -109,8 +145,14 @@ def _start(path: Path, dry_run: bool, once: bool
             "%s", advice, extra={"fields": {"event": "slurm_advice"}})
     engine = leader = None
     if not dry_run:
-        engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
-                                    retry_s=cfg.round_seconds)
+        try:
+            engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
+                                        retry_s=cfg.round_seconds, wait=not once,
+                                        signals=signals)
+        except BaseException:
+            if stop_metrics is not None:
+                stop_metrics()
+            raise
         leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
     daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
     journald = cfg.journald     # a restart key: SIGHUP changes only the format
@@ -121,6 +163,7 @@ def _start(path: Path, dry_run: bool, once: bool
     runner = DaemonRunner(daemon, load=lambda: load_config(path, os.environ),
                           on_log_format=relog, leader=leader)
     runner.install_signals()
+    signals.hand_over(runner.request_stop, runner.request_reload)
     return runner, stop_metrics, leader
 
 

@@ -27,8 +27,9 @@ from ..errors import ConfigError, InputError, ShockslurmError
 from ..model import ADAPTATION_MODES
 from ..siteconfig import DEFAULT_CLUSTER, report_spool
 from ..slurm.cli_backend import CliBackend
-from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, load_template, new_report_secret,
-                            render_script, require_utf8, sbatch_argv, submit)
+from ..slurm.job_script import load_template, new_report_secret, render_script
+from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, require_utf8, sbatch_argv,
+                            submit)
 from ..workload.catalogue import CATALOGUE
 
 DEFAULT_SCRIPT_DIR = "~/.shockslurm/scripts"

@@ -36,6 +36,7 @@ from ..slurm.types import SlurmBackend, SlurmJob
 from ..store import StoreUnavailable, open_store
 from .journal import StoreJournal
 from .round_log import RoundLogger
+from .startup import StartupSignals
 
 if TYPE_CHECKING:
     from ..reports.reported_progress import ReportedProgress
@@ -172,23 +173,32 @@ def run_config(cfg: DaemonConfig, backend_name: str) -> dict[str, object]:
     return out
 
 
-def open_store_waiting(url: str, *, timeout_s: float, retry_s: float,
-                       sleep: Callable[[float], None] = time.sleep,
+def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool = True,
+                       signals: StartupSignals | None = None,
+                       sleep: Callable[[float], None] | None = None,
                        monotonic: Callable[[], float] = time.monotonic) -> Engine:
     """The store, created or upgraded (`open_store(create=True)`); while it is unavailable
     (locked, unreachable), one log line and a retry every `retry_s`, never a traceback. Other
-    store errors (newer schema, read-only) raise `StoreError`."""
+    store errors (newer schema, read-only) raise `StoreError`, and so does an unavailable store
+    when not `wait` (`--once`). With `signals`, the wait sleeps on them and a signal ends it
+    (`StartupInterrupted`)."""
+    if sleep is None:
+        sleep = signals.sleep if signals is not None else time.sleep
     down_since: float | None = None
     while True:
         try:
             engine = open_store(url, create=True, timeout_s=timeout_s)
         except StoreUnavailable as exc:
+            if not wait:
+                raise
             if down_since is None:
                 down_since = monotonic()
                 log.error("the store is unavailable at start-up (%s); waiting for it, retrying "
                           "every %g s", mask(str(exc)).strip(), retry_s,
                           extra={"fields": {"event": "outage", "what": "store"}})
             sleep(retry_s)
+            if signals is not None:
+                signals.check()
             continue
         if down_since is not None:
             took = monotonic() - down_since

@@ -1,7 +1,7 @@
 """Build a Slurm batch submission (pure, dry-runnable) apart from running it.
 
-In the torchx style, everything that decides *what* is submitted (`JobRequest`, `render_script`,
-`sbatch_argv`) is a pure function of validated input, so `shocksub --dry-run` and the golden
+In the torchx style, everything that decides *what* is submitted (`JobRequest`, `sbatch_argv`,
+and the job script, `job_script.render_script`) is a pure function of validated input, so `shocksub --dry-run` and the golden
 tests see exactly what a real submission would send. Only `submit` touches the system.
 
 Why the rules below (see /work/shared/slurm/NOTES.md, Slurm 22.05):
@@ -23,17 +23,12 @@ Why the rules below (see /work/shared/slurm/NOTES.md, Slurm 22.05):
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import secrets
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
-from importlib import resources
-from string import Template
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from .. import limits
 from ..errors import InputError, ShockslurmError
@@ -45,8 +40,6 @@ MAX_GPUS_PER_NODE = 64
 MAX_SIGNAL_SECONDS = 65535          # Slurm stores the --signal offset in 16 bits
 SBATCH_TIMEOUT_S = 120
 # an Ed25519 key (`new_report_secret`), or a legacy hex secret: safe unquoted in bash
-SECRET_RE = re.compile(r"^(ed25519:[A-Za-z0-9_-]{43}|[0-9a-f]{32,128})$")
-DRY_RUN_SECRET = "dry-run-no-secret"       # what --dry-run prints in place of the secret
 
 NAME_RE = limits.NAME_RE                                     # job and model names
 SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}(,[A-Za-z0-9._-]{1,64})*$")  # partition(s), …
@@ -251,7 +244,7 @@ def _int_range(field: str, value: int, low: int, high: int | None) -> None:
         raise InputError(f"must be an integer {bound}, got {value!r}", field=field)
 
 
-def _directives(req: JobRequest) -> list[str]:
+def sbatch_directives(req: JobRequest) -> list[str]:
     """The sbatch options shared by the argv and the script's #SBATCH header (no comment)."""
     opts = [f"--job-name={req.job_name}", f"--nodes={req.nodes}", f"--gres=gpu:{req.gpus}"]
     if req.cpus_per_gpu is not None:
@@ -286,93 +279,8 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
 
 def sbatch_argv(req: JobRequest, script_path: str) -> list[str]:
     """The sbatch call as an argv list (never a shell string); argv options win over #SBATCH."""
-    return (["sbatch", "--parsable"] + _directives(req)
+    return (["sbatch", "--parsable"] + sbatch_directives(req)
             + [f"--comment=shock:spec={req.spec_json()}", str(script_path)])
-
-
-class ScriptTemplate(Template):
-    """`string.Template` whose placeholders are only `${lowercase_name}`.
-
-    Everything else — `$SLURM_NNODES`, `${SLURM_RESTART_COUNT:-0}`, `$!`, `$$` — is bash and
-    passes through untouched, so templates read as plain bash. An unknown lowercase placeholder
-    still raises KeyError from `substitute`, so a typo cannot ship.
-    """
-
-    flags = re.RegexFlag(0)
-    # a str here: Template.__init_subclass__ compiles it (typeshed types the compiled pattern)
-    pattern = r"""\$(?:
-        (?P<escaped>(?!)) |
-        (?P<named>(?!)) |
-        \{(?P<braced>[a-z][a-z0-9_]*)\} |
-        (?P<invalid>(?!))
-    )"""  # type: ignore[assignment]
-
-
-def load_template(name: str) -> str:
-    """The text of a template shipped as package data (`shockslurm/sbatch_templates/`)."""
-    if name not in TEMPLATES:
-        raise InputError(f"unknown template {name!r} (known: {', '.join(TEMPLATES)})",
-                         field="template")
-    return (resources.files("shockslurm") / "sbatch_templates" / f"{name}.sbatch").read_text()
-
-
-def new_report_secret() -> str:
-    """A fresh per-job report secret: an Ed25519 private key, `ed25519:<base64url>` (the format
-    `train.records` signs with). An Ed25519 private key is 32 random bytes (RFC 8032, 5.1.5), so
-    it is drawn here without importing the signing code: shocksub stays fast."""
-    raw = secrets.token_bytes(32)
-    return "ed25519:" + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def spool_lines(spool: str | None) -> str:
-    """The job script's lines that tell the training helper where its reports go: the site's
-    spool (`siteconfig.report_spool`, read by shocksub), unless the job's environment names one
-    (`$SHOCKSLURM_SPOOL` inherited from the submitter wins)."""
-    if spool is None:
-        return ("# No report spool was configured at submission ([daemon] spool_dir of the site "
-                "configuration):\n# the training helper looks for one itself, or says once in "
-                "this log why it cannot report.")
-    if any(c in spool for c in LINE_BREAKERS):
-        raise InputError(f"{spool!r} contains a NUL or line break", field="report_spool")
-    return ("# Where progress reports go: the daemon's spool (the site configuration's "
-            "[daemon] spool_dir).\n"
-            f"SHOCK_SITE_SPOOL={shlex.quote(spool)}\n"
-            'export SHOCKSLURM_SPOOL="${SHOCKSLURM_SPOOL:-$SHOCK_SITE_SPOOL}"')
-
-
-def template_values(req: JobRequest, report_secret: str | None = None,
-                    spool: str | None = None) -> Mapping[str, str]:
-    """Every placeholder a template may use; each value is already safe for bash.
-    `report_secret` None (a dry run) renders a placeholder; `spool` None: none configured."""
-    if report_secret is not None and not SECRET_RE.fullmatch(report_secret):
-        raise InputError("the report secret must be an ed25519: key or lowercase hex",
-                         field="report_secret")
-    if req.script is not None:
-        command = ["python", req.script, *req.command]
-        torchrun_args = [req.script, *req.command]
-    else:
-        command = list(req.command)
-        torchrun_args = ["--no-python", *req.command]
-    return {
-        "header": "\n".join(f"#SBATCH {opt}" for opt in _directives(req)),
-        "job_name": req.job_name,
-        "gpus": str(req.gpus),
-        "nodes": str(req.nodes),
-        "grace_seconds": str(req.grace_seconds),
-        "max_restarts": str(req.max_restarts),
-        "spec": shlex.quote(req.spec_json()),
-        "command": " ".join(shlex.quote(a) for a in command),
-        "torchrun_args": " ".join(shlex.quote(a) for a in torchrun_args),
-        "report_secret": report_secret if report_secret is not None else DRY_RUN_SECRET,
-        "report_spool": spool_lines(spool),
-    }
-
-
-def render_script(req: JobRequest, template: str, report_secret: str | None = None,
-                  spool: str | None = None) -> str:
-    """Fill a template's `${name}` placeholders for this request (pure); `spool` is the site's
-    report spool (None: none configured)."""
-    return ScriptTemplate(template).substitute(template_values(req, report_secret, spool))
 
 
 def parse_job_id(stdout: str) -> int:

@@ -47,7 +47,8 @@ import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
-from .checkpoint import CheckpointManager, CorruptCheckpoint, SaveRecord
+from .checkpoint import CheckpointManager, CorruptCheckpoint
+from .saves import SaveRecord
 from .data import ResumableSampler, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env

@@ -73,7 +73,8 @@ from typing import Any
 import torch
 
 from . import _env
-from .checkpoint import CheckpointManager, CheckpointMismatch, SaveRecord
+from .checkpoint import CheckpointManager, CheckpointMismatch
+from .saves import SaveRecord
 from .epochs import EpochLoops, Schedule, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
