@@ -38,3 +38,18 @@ def test_help_lists_every_command_and_runs_one():
     assert result.exit_code == 2 and "No such command 'nosuch'" in result.output
     result = CliRunner().invoke(cli, ["bench", "--help"])
     assert result.exit_code == 0 and "switch-cost" in result.output
+
+
+def test_output_that_cannot_be_written_is_an_error_line_not_a_traceback():
+    """stdout on a full disk (/dev/full): `Error: cannot write the output: ...`, exit 1."""
+    import subprocess
+    import sys
+    for argv in (["-m", "shockslurm.cli.main", "config", "example"],
+                 ["-m", "shockslurm.cli.shocksub", "--model", "ResNet-18", "--epochs", "3",
+                  "--dry-run", "--", "python", "x.py"]):
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([sys.executable, *argv], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=60)
+        assert out.returncode == 1, out.stderr
+        assert "Error: cannot write the output: No space left on device" in out.stderr
+        assert "Traceback" not in out.stderr

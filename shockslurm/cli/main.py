@@ -13,6 +13,7 @@ import logging
 import click
 
 from .. import __version__
+from .output_errors import OutputErrors
 
 # name -> (module:attribute of the click command, its one-line summary for `shockslurm --help`;
 # tests/test_cli_lazy.py checks that each summary is the command's own).
@@ -58,7 +59,7 @@ def _bench_group() -> click.Command:
     return bench_group
 
 
-class LazyGroup(click.Group):
+class LazyGroup(OutputErrors, click.Group):
     """A group whose subcommands are imported only when used (COMMANDS)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -31,6 +31,7 @@ from ..slurm.job_script import load_template, new_report_secret, render_script
 from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, require_utf8, sbatch_argv,
                             submit)
 from ..workload.catalogue import CATALOGUE
+from .output_errors import OutputCommand
 
 DEFAULT_SCRIPT_DIR = "~/.shockslurm/scripts"
 
@@ -86,7 +87,8 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
         raise
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"],
+@click.command(cls=OutputCommand,
+               context_settings={"help_option_names": ["-h", "--help"],
                                  "allow_interspersed_args": False})
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per node (1..64).")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes.")
