@@ -383,3 +383,19 @@ def test_attacks_as_an_unprivileged_user(hostile_user, engine, caplog):
         _assert_no_leak(spool, caplog, "oops")
     finally:
         shutil.rmtree(base)
+
+
+def test_a_missing_spool_is_said_once_until_it_exists(tmp_path, engine, caplog):
+    """A typo in spool_dir (or a spool not created yet) is one warning, not silence; once the
+    directory exists its reports are ingested."""
+    spool = tmp_path / "spool"
+    ingest = SpoolIngest(str(spool))
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for _ in range(3):
+            assert ingest.run(engine) == 0
+        spool.mkdir()
+        (spool / "g.json").write_bytes(_good(7.0))
+        assert ingest.run(engine) == 1
+    assert sum(f"spool {spool} cannot be read (it does not exist)" in m
+               for m in caplog.messages) == 1
+    assert _samples(engine) == [7.0]

@@ -111,16 +111,21 @@ class SpoolIngest:
         self.spool_dir = str(self.spool_dir)
         self.area = RejectedArea(self.rejected_dir or default_rejected_dir(self.spool_dir))
 
+    def _say_problem(self, why: str) -> None:
+        """One warning per problem with the spool directory (again once it changes)."""
+        if why != self._spool_problem:
+            log.warning("spool %s cannot be read (%s); not ingested", self.spool_dir, why)
+            self._spool_problem = why
+
     def _open_spool(self) -> int | None:
         try:
             fd = open_spool(self.spool_dir)
-        except FileNotFoundError:
+        except FileNotFoundError:       # a typo in spool_dir, or not created yet
+            self._say_problem("it does not exist")
             return None
         except OSError as exc:
-            why = "a symbolic link" if os.path.islink(self.spool_dir) else exc.strerror
-            if why != self._spool_problem:
-                log.warning("spool %s cannot be read (%s); not ingested", self.spool_dir, why)
-                self._spool_problem = why
+            self._say_problem("a symbolic link" if os.path.islink(self.spool_dir)
+                              else str(exc.strerror))
             return None
         self._spool_problem = None
         return fd
