@@ -13,6 +13,10 @@ keep `DEFAULT_TIMEOUT_S`; the daemon uses `[daemon] store_timeout_seconds` (a fe
 round never waits long on a store it then cannot use. `StoreUnavailable` (a `StoreError`) is
 what a locked, unreachable or timed-out store raises at start; `is_unavailable` tells such
 driver errors apart from bad data.
+
+A store URL that cannot be used (empty, malformed, a driver not installed, a SQLite path that is
+not a regular file, an in-memory store, which would vanish on exit) is a `StoreError` naming it,
+every password in it shown as `***` (`_safe`), before anything is created or connected.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from alembic import command
 from alembic.config import Config
@@ -40,6 +45,7 @@ from ..errors import ShockslurmError
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_TIMEOUT_S = 30.0
 SUPPORTED = ("sqlite", "postgresql")
+INSTALLED = {"sqlite": "sqlite3", "postgresql": "psycopg 3"}   # the default driver of each
 
 
 class StoreError(ShockslurmError):
@@ -68,13 +74,23 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def parse_url(url: str) -> URL:
-    """A SQLAlchemy URL from `url`; a bare path (no `://`) means a SQLite file."""
+    """A SQLAlchemy URL from `url`; a bare path (no `://`) means a SQLite file, taken as is
+    (`?`, `%` and `#` are part of its name). A URL that cannot be used is a `StoreError` naming
+    it, its password hidden."""
+    if not url.strip():
+        raise StoreError("empty store URL; give a SQLite file path, sqlite:///PATH or "
+                         "postgresql://USER@HOST/DB")
+    if "\0" in url:
+        raise StoreError(f"the store URL {_shown(url)!r} contains a NUL byte")
     if "://" not in url:
-        url = "sqlite:///" + str(Path(url).expanduser().resolve())
+        return URL.create("sqlite", database=_bare_path(url))
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StoreError(f"not a database URL: {url!r} ({exc})") from None
+    except ArgumentError:
+        raise StoreError(f"not a database URL: {_shown(url)}; use a SQLite path/sqlite:///PATH "
+                         "or postgresql://USER@HOST/DB") from None
+    except ValueError:   # the only value make_url converts
+        raise StoreError(f"not a database URL: {_shown(url)}: the port is not a number") from None
     if parsed.get_backend_name() not in SUPPORTED:
         raise StoreError(f"unsupported store {parsed.get_backend_name()!r} in {_safe(parsed)}; use "
                          "a SQLite path/sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
@@ -83,22 +99,73 @@ def parse_url(url: str) -> URL:
     return parsed
 
 
+def _bare_path(path: str) -> str:
+    """The absolute path of a bare SQLite path (`~` expanded); `:memory:` stays as it is."""
+    if path == ":memory:":
+        return path
+    try:
+        expanded = Path(path).expanduser()
+    except RuntimeError:   # ~name of no such user (no home directory to expand)
+        raise StoreError(f"cannot expand {path.split('/')[0]!r} in the store path {path!r}: "
+                         "no such user") from None
+    try:
+        return str(expanded.resolve())
+    except (RuntimeError, OSError) as exc:   # a symbolic link loop (Python < 3.13)
+        raise StoreError(f"cannot resolve the store path {path!r}: {exc}") from None
+
+
 def _safe(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
+    """`url` fit for a message: the password of its user information and of a `password` query
+    parameter (any case) shown as `***`; no %-escapes (`sqlite:///:memory:`)."""
+    hidden = url.update_query_dict({k: "***" for k in url.query if k.lower() == "password"})
+    return unquote(hidden.render_as_string(hide_password=True))
+
+
+def _shown(url: str) -> str:
+    """A store URL as given, fit for a message (`_safe`); one SQLAlchemy cannot parse keeps
+    only its scheme, host and path: its user information and query, where a password may
+    hide, become `***`."""
+    if "://" not in url:
+        return url          # a path
+    try:
+        return _safe(make_url(url))
+    except (ArgumentError, ValueError):
+        scheme, _, rest = url.partition("://")
+        userinfo, at, tail = rest.rpartition("@")
+        if "?" in userinfo:     # an `@` in the query: where the user information ends is unsure
+            return f"{scheme}://***"
+        where, question, _ = tail.partition("?")
+        return f"{scheme}://{'***@' if at else ''}{where}{'?***' if question else ''}"
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite store URL; None for a `file:` URI, which SQLite opens itself.
+
+    An in-memory store (`sqlite://`, `:memory:`, `mode=memory`) is refused: it vanishes when
+    the process exits, taking what was written with it.
+    """
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file::memory:") or \
+            url.query.get("mode") == "memory":
+        raise StoreError(f"the store {_safe(url)} is in memory and would vanish on exit; give a "
+                         "SQLite file path or a PostgreSQL URL")
+    return None if db.startswith("file:") else Path(db)
 
 
 def _check_sqlite_file(url: URL) -> None:
-    """Refuse a SQLite file (or its directory) that cannot be written: WAL needs both.
+    """Refuse a SQLite file that is not a regular file or cannot be written, or whose directory
+    cannot be written (WAL needs both), before SQLite touches it.
 
     Permission bits are checked as well as `os.access`, because root passes `os.access` on a
     file whose owner made it read-only on purpose.
     """
-    db = url.database
-    if not db or db == ":memory:" or db.startswith("file:"):
+    path = _sqlite_path(url)
+    if path is None:
         return
-    path = Path(db)
-    if path.exists():
-        mode = path.stat().st_mode
+    mode = _mode(path)
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            raise StoreError(f"{path}: not a regular file (the store is a SQLite database file)")
         if not os.access(path, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
             raise StoreError(f"the store file {path} is read-only; make it writable or use "
                              "another --db")
@@ -110,14 +177,25 @@ def _check_sqlite_file(url: URL) -> None:
                          "create files beside the store)")
 
 
+def _mode(path: Path) -> int | None:
+    """The file mode of `path` (None when it does not exist); a path that cannot be looked at
+    (name too long, not a directory on the way, no permission) is a `StoreError` naming it."""
+    try:
+        return path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot use the store file {path}: {exc.strerror}") from None
+
+
 def _check_exists(url: URL) -> None:
     """Refuse a SQLite store file that does not exist (opening it would leave an empty file
     behind); other backends answer for themselves when connected."""
-    db = url.database
-    if url.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:"):
+    if url.get_backend_name() != "sqlite":
         return
-    if not Path(db).exists():
-        raise StoreError(f"no store at {db}; create it with `shockslurm db upgrade --db {db}`")
+    path = _sqlite_path(url)
+    if path is not None and _mode(path) is None:
+        raise StoreError(f"no store at {path}; create it with `shockslurm db upgrade --db {path}`")
 
 
 def _sqlite_pragmas(engine: Engine, timeout_s: float) -> None:
@@ -166,6 +244,14 @@ def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any
                                    **kwargs)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreError(f"cannot use the store URL {_safe(parsed)}: {exc}") from None
+    except ImportError as exc:   # a dialect whose driver is not installed
+        backend, driver = parsed.get_backend_name(), exc.name or parsed.get_driver_name()
+        raise StoreError(f"cannot use the store URL {_safe(parsed)}: its driver {driver} is not "
+                         f"installed; {backend}:// uses the installed {INSTALLED[backend]} "
+                         "driver") from None
+    except ValueError as exc:   # a query parameter the dialect cannot convert
+        raise StoreError(f"cannot use the store URL {_safe(parsed)}: a query parameter is "
+                         f"malformed ({exc})") from None
     return engine
 
 
@@ -184,7 +270,10 @@ def _connect(engine: Engine) -> Connection:
     try:
         return engine.connect()
     except (DBAPIError, SQLAlchemyError) as exc:
-        error = StoreError if REFUSED_RE.search(describe(exc)) else StoreUnavailable
+        # worth a retry only when the store is unavailable (locked, unreachable, a mount not
+        # there yet), not when it answers and refuses or is no database (SQLite's NOTADB)
+        retry = is_unavailable(exc) and not REFUSED_RE.search(describe(exc))
+        error = StoreUnavailable if retry else StoreError
         raise error(f"cannot reach the store {_safe(engine.url)}: {describe(exc)}") from None
 
 
