@@ -14,6 +14,7 @@ and keep secrets out of it (the store's password goes in the daemon's `SHOCKSLUR
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ DEFAULT_CLUSTER = "slurm"           # `[daemon] cluster`'s default (shocksub's -
 CONFIG_ENV = "SHOCKSLURM_CONFIG"
 SPOOL_ENV = "SHOCKSLURM_SPOOL"       # the job's report spool (set by the job script)
 SPOOL_KEY = "daemon.spool_dir"
+# The largest configuration file read (`contrib/shockslurm.toml`, every key documented, is 7 KB):
+# a larger one, or /dev/zero, is refused before it fills the memory.
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def config_path(cli_path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path:
@@ -33,18 +37,58 @@ def config_path(cli_path: str | os.PathLike[str] | None, env: Mapping[str, str])
     return Path(cli_path or env.get(CONFIG_ENV) or DEFAULT_PATH)
 
 
+def check_directory(value: object) -> str:
+    """A directory setting (`[daemon] spool_dir`, `rejected_dir`): "" (none) or an absolute path
+    without control characters, one rule for the daemon, `shockslurm config check`, shocksub and
+    the jobs (a relative path means another directory on each node; a NUL cannot be opened). A
+    ValueError says what is wrong otherwise."""
+    if not isinstance(value, str):
+        raise ValueError('must be a string ("" for none)')
+    if any(c < " " or c == "\x7f" for c in value):
+        raise ValueError("must not contain control characters")
+    if value and not os.path.isabs(value):
+        raise ValueError('must be an absolute path ("" for none)')
+    return value
+
+
+def _read_capped(path: Path) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `MAX_CONFIG_BYTES`, else a
+    `ConfigError`. Opened without blocking (a FIFO would wait for a writer) and checked on the
+    open file before anything is read; at most one byte over the cap is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+            raise ConfigError(f"not a regular file ({what})", source=str(path))
+        with open(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"larger than {MAX_CONFIG_BYTES:,} bytes: not a configuration file",
+                          source=str(path))
+    return data
+
+
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A TOML file as a dict; a `ConfigError` naming the file if it cannot be read or parsed."""
+    """A TOML file as a dict; a `ConfigError` naming the file if it cannot be read or parsed, is
+    not a regular file, or is larger than `MAX_CONFIG_BYTES` (or saying that the path is
+    empty)."""
+    if os.fspath(path) in ("", "."):    # click hands `--config ''` over as Path("") == "."
+        raise ConfigError('the configuration file\'s path is empty (or "."): name a TOML file')
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        data = _read_capped(path)
     except OSError as exc:
         raise ConfigError(f"cannot read the config file: {exc.strerror or exc}",
                           source=str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: {exc}", source=str(path)) from None
+    except ValueError as exc:       # TOMLDecodeError, or an integer of over 4,300 digits
+        raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from None
 
 
 @dataclass(frozen=True)
@@ -61,28 +105,22 @@ class ReportSpool:
 def report_spool(env: Mapping[str, str]) -> ReportSpool:
     """The site's report spool: `[daemon] spool_dir` of the configuration file (`config_path`).
 
-    No file, or no `spool_dir` in it, is "no spool" (with the reason); a file that cannot be read
-    or parsed, or a `spool_dir` that is not an absolute path (a job could not find it) or holds
-    a control character, is a
+    No file, or no `spool_dir` in it, is "no spool" (with the reason); a file that `read_toml`
+    refuses, or a `spool_dir` that `check_directory` refuses (the daemon's rule), is a
     `ConfigError` naming the file and the key. The daemon's own environment overrides
     (`SHOCKSLURM_DAEMON_SPOOL_DIR`) are not seen by jobs: set the spool in the file."""
     path = config_path(None, env)
-    if not path.is_file():
+    if not path.exists():
         return ReportSpool(None, f"no site configuration at {path} (${CONFIG_ENV}, else "
                                  f"{DEFAULT_PATH})")
     daemon = read_toml(path).get("daemon", {})
     if not isinstance(daemon, dict):
         raise ConfigError("must be a table", source=str(path), field="daemon")
     value = daemon.get("spool_dir", "")
-    if not isinstance(value, str):
-        raise ConfigError(f"must be a string (\"\" for none), got {value!r}", source=str(path),
-                          field=SPOOL_KEY)
-    if not value:
+    try:
+        spool = check_directory(value)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}, got {value!r}", source=str(path), field=SPOOL_KEY) from None
+    if not spool:
         return ReportSpool(None, f"{path} sets no [daemon] spool_dir")
-    if any(c < " " or c == "\x7f" for c in value):
-        raise ConfigError(f"must not contain control characters, got {value!r}",
-                          source=str(path), field=SPOOL_KEY)
-    if not os.path.isabs(value):
-        raise ConfigError(f"must be an absolute path for jobs to find it, got {value!r}",
-                          source=str(path), field=SPOOL_KEY)
-    return ReportSpool(value, f"{path} [daemon] spool_dir")
+    return ReportSpool(spool, f"{path} [daemon] spool_dir")

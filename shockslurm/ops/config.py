@@ -18,7 +18,9 @@ Where the configuration comes from, later wins:
    key also accepts `gpu,urgent`; a policy option that is not TOML is taken as a string).
 
 A bad value is a `ConfigError` naming the key (`daemon.round_seconds`, `policy.<option>`) and
-where it came from (the file, or the environment variable).
+where it came from (the file, or the environment variable); so is an unknown key: in the file, a
+`SHOCKSLURM_DAEMON_*` variable that names no `[daemon]` key, a policy option no chosen policy
+takes. The file must be a regular file of at most 1 MiB (`siteconfig.read_toml`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import textwrap
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
 from ..policies import PolicySettings, make_policy, option_names
@@ -42,6 +44,7 @@ from .keys import BACKENDS as BACKENDS
 from .keys import BY_NAME as BY_NAME
 from .keys import DAEMON_KEYS as DAEMON_KEYS
 from .keys import DB_ENV as DB_ENV
+from .keys import ENV_PREFIX as ENV_PREFIX
 from .keys import KEYS as KEYS
 from .keys import KINDS as KINDS
 from .keys import POLICY_ENV_PREFIX as POLICY_ENV_PREFIX
@@ -51,19 +54,22 @@ from .keys import DaemonConfig as DaemonConfig
 from .keys import Key as Key
 
 # --------------------------------------------------------------------------- masking
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)([^@\s]+)(@)")
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\r\n]*:)[^@\r\n]+@")
+_QUERY_PASSWORD = re.compile(r"(?i)(password=)[^&\s#\"']+")
 
 
 def mask(text: str) -> str:
-    """Hide passwords in URLs anywhere in `text`: `scheme://user:***@host/db`."""
-    return _URL_PASSWORD.sub(r"\1***\3", text)
+    """Hide passwords anywhere in `text`: a URL's (`scheme://user:***@host/db`, the password
+    may hold spaces but not a line break) and a `password=` parameter's (`?password=***`, any
+    case; the value ends at `&`, whitespace, `#` or a quote)."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
 
 
 # --------------------------------------------------------------------------- parsing
 def _toml_or_text(raw: str) -> Any:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:      # TOMLDecodeError, or an integer of over 4,300 digits
         return raw
 
 
@@ -81,6 +87,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>",
     """Validate a parsed TOML document (plus `env` overrides, when given) into a
     `DaemonConfig`."""
     tables = _tables(data, source)
+    _check_env_names(env or {})
     sources: dict[str, str] = {}
     values = _daemon_values(tables["daemon"], source, env or {}, sources)
     options, origins = _policy_options(tables["policy"], source, env or {}, sources)
@@ -105,9 +112,24 @@ def _tables(data: Mapping[str, Any], source: str) -> dict[str, dict[str, Any]]:
     known = [k.name for k in DAEMON_KEYS]
     for name in tables["daemon"]:
         if name not in known:
-            raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", source=source,
-                              field=f"daemon.{name}")
+            raise _unknown_key(known, source, field=f"daemon.{name}")
     return tables
+
+
+def _check_env_names(env: Mapping[str, str]) -> None:
+    """Every `SHOCKSLURM_DAEMON_<KEY>` variable names a `[daemon]` key, as every key of the
+    file's `[daemon]` table must (a misspelt one would be ignored without a word). The
+    `SHOCKSLURM_POLICY_<OPTION>` variables are checked as the options they set
+    (`assign_policy_options`); the other `SHOCKSLURM_*` variables are no configuration keys."""
+    known = [k.env for k in DAEMON_KEYS if k.env]
+    for var in sorted(env):
+        if var.startswith(ENV_PREFIX) and var not in known:
+            raise _unknown_key(known, f"environment variable {var}")
+
+
+def _unknown_key(known: Iterable[str], source: str, field: str | None = None) -> ConfigError:
+    return ConfigError(f"unknown key (known: {', '.join(sorted(known))})", source=source,
+                       field=field)
 
 
 def _daemon_values(table: Mapping[str, Any], source: str, env: Mapping[str, str],

@@ -11,7 +11,9 @@ produced from `KEYS`: validation and the environment overrides (`ops.config.pars
 (`ops.config_render`), the reload rules (`daemon.runner`).
 
 A key's `kind` names its validator (`KINDS`): positive | nonnegative | optional_nonnegative |
-count | port | string | path | choice | partitions | bool.
+count | port | string | path | directory | choice | partitions | bool. A number key may narrow
+its kind's range (`minimum`, `maximum`): the validator, the documentation and the error all say
+the range (`_range`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from ..errors import ConfigError
 from ..churn_rules import ChurnLimits
 from ..live.acting import GRACE_SECONDS, PARTITIONS, STOP_TIMEOUT_S
 from ..policies import REGISTRY, PolicySettings
-from ..siteconfig import DEFAULT_CLUSTER
+from ..siteconfig import DEFAULT_CLUSTER, check_directory
 
 DB_ENV = "SHOCKSLURM_DB"
 ENV_PREFIX = "SHOCKSLURM_DAEMON_"
@@ -33,6 +35,14 @@ BACKENDS = ("auto", "cli", "pyslurm")
 LOG_FORMATS = ("text", "json")
 JOURNALD = ("auto", "yes", "no")
 SECTIONS = ("daemon", "policy")
+# The shortest period the daemon repeats anything at: rounds and a standby's tries of the leader
+# lock (each a full Slurm read or a store query; 1e-300 s rounds ran 130 a second). 0.5 s is the
+# shortest round documented (README, `bench live --round-seconds 0.5`).
+MIN_PERIOD_SECONDS = 0.5
+# The longest the daemon waits on one setting: a round, a round's wait for released GPUs, a
+# store statement. Longer is a unit slip; 1e300 s overflows the waits (OverflowError), and
+# PostgreSQL takes its timeouts in 32-bit milliseconds (at most 24.8 days).
+MAX_WAIT_SECONDS = 86_400.0
 
 T = TypeVar("T")
 # Defaults owned by the layer that uses them, read here so that each is written once (also the
@@ -46,25 +56,29 @@ class _Bad(ValueError):
     """A validator's refusal; `Key.check` turns it into a `ConfigError` naming the key."""
 
 
-def _number(value: Any, bound: str) -> float:
-    """A finite number above 0 (`bound` "> 0") or at least 0 (">= 0")."""
+def _range(key: Key) -> str:
+    """A number key's range as its documentation and errors say it (`> 0`, `>= 0.5, <= 86400`):
+    `minimum` and `maximum`, and above 0 for the kind `positive`."""
+    low = "> 0" if key.kind == "positive" and key.minimum == 0 else f">= {key.minimum:g}"
+    return low if math.isinf(key.maximum) else f"{low}, <= {key.maximum:g}"
+
+
+def _number(value: Any, key: Key) -> float:
+    """A finite number in the key's range (`_range`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad("must be a number")
-    if not math.isfinite(value) or value < 0 or (bound == "> 0" and value == 0):
-        raise _Bad(f"must be a finite number {bound}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:                  # an int beyond the float range
+        number = math.inf
+    if not (math.isfinite(number) and key.minimum <= number <= key.maximum
+            and (number > 0 or key.kind != "positive")):
+        raise _Bad(f"must be a finite number {_range(key)}")
+    return number
 
 
-def _positive(value: Any, key: Key) -> float:
-    return _number(value, "> 0")
-
-
-def _nonnegative(value: Any, key: Key) -> float:
-    return _number(value, ">= 0")
-
-
-def _optional_nonnegative(value: Any, key: Key) -> float | None:
-    return None if value is None else _nonnegative(value, key)
+def _optional_number(value: Any, key: Key) -> float | None:
+    return None if value is None else _number(value, key)
 
 
 def _count(value: Any, key: Key) -> int:
@@ -91,6 +105,14 @@ def _path(value: Any, key: Key) -> str:
     return value
 
 
+def _directory(value: Any, key: Key) -> str:
+    """`siteconfig.check_directory`'s rule, the one shocksub and the jobs apply too."""
+    try:
+        return check_directory(value)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+
+
 def _choice(value: Any, key: Key) -> str:
     if not isinstance(value, str) or value not in key.choices:
         raise _Bad(f"must be one of {', '.join(key.choices)}")
@@ -112,8 +134,9 @@ def _bool(value: Any, key: Key) -> bool:
 
 @dataclass(frozen=True)
 class Kind:
-    """A key's type: its validator, its name in the documentation, and whether an environment
-    variable's text is the value itself (else it is parsed as TOML)."""
+    """A key's type: its validator, its name in the documentation (`{range}`: a number key's
+    range), and whether an environment variable's text is the value itself (else it is parsed
+    as TOML)."""
 
     validate: Callable[[Any, Key], Any]
     type_name: str
@@ -121,13 +144,14 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "positive": Kind(_positive, "number > 0"),
-    "nonnegative": Kind(_nonnegative, "number >= 0"),
-    "optional_nonnegative": Kind(_optional_nonnegative, "number >= 0 (unset = derived)"),
+    "positive": Kind(_number, "number {range}"),
+    "nonnegative": Kind(_number, "number {range}"),
+    "optional_nonnegative": Kind(_optional_number, "number {range} (unset = derived)"),
     "count": Kind(_count, "integer >= 0"),
     "port": Kind(_port, "integer 0-65535"),
     "string": Kind(_string, "string", text=True),
     "path": Kind(_path, "string (\"\" = none)", text=True),
+    "directory": Kind(_directory, "absolute path (\"\" = none)", text=True),
     "choice": Kind(_choice, "", text=True),
     "partitions": Kind(_partitions, "list of strings"),
     "bool": Kind(_bool, "boolean"),
@@ -138,7 +162,7 @@ KINDS: dict[str, Kind] = {
 @dataclass(frozen=True)
 class Key:
     """One configuration key. `reload`: applied by SIGHUP without a restart; `secret`: masked
-    (URL passwords) wherever printed."""
+    (URL passwords) wherever printed; `minimum`, `maximum`: a number key's range (`_range`)."""
 
     section: str
     name: str
@@ -148,6 +172,8 @@ class Key:
     reload: bool = False
     choices: tuple[str, ...] = ()
     secret: bool = False
+    minimum: float = 0.0
+    maximum: float = math.inf
 
     @property
     def dotted(self) -> str:
@@ -161,7 +187,7 @@ class Key:
     def type_name(self) -> str:
         if self.kind == "choice":
             return " | ".join(f'"{c}"' for c in self.choices)
-        return KINDS[self.kind].type_name
+        return KINDS[self.kind].type_name.format(range=_range(self))
 
     def check(self, value: Any, source: str) -> Any:
         """`value` validated (and normalised: floats, tuples), or a `ConfigError` naming this
@@ -174,11 +200,13 @@ class Key:
 
 
 def setting(kind: str, default: T, doc: str, *, reload: bool = False,
-            choices: tuple[str, ...] = (), secret: bool = False) -> T:
+            choices: tuple[str, ...] = (), secret: bool = False, minimum: float = 0.0,
+            maximum: float = math.inf) -> T:
     """A `[daemon]` key declared as a `DaemonConfig` field: its default is the field's."""
     if kind not in KINDS:
         raise AssertionError(f"unknown kind {kind!r}")
-    spec = {"kind": kind, "doc": doc, "reload": reload, "choices": choices, "secret": secret}
+    spec = {"kind": kind, "doc": doc, "reload": reload, "choices": choices, "secret": secret,
+            "minimum": minimum, "maximum": maximum}
     return field(default=default, metadata={"key": spec})
 
 
@@ -190,8 +218,9 @@ class DaemonConfig:
 
     round_seconds: float = setting(
         "positive", _POLICY_DEFAULTS.round_s,
-        "Round length: the policy re-plans and the daemon enacts every this many seconds.",
-        reload=True)
+        "Round length: the policy re-plans and the daemon enacts every this many seconds (at "
+        "least 0.5 s, as each round reads Slurm in full; at most a day).", reload=True,
+        minimum=MIN_PERIOD_SECONDS, maximum=MAX_WAIT_SECONDS)
     policy: str = setting(
         "choice", "shockwave", "Scheduling policy (`shockslurm simulate --help` lists them).",
         reload=True, choices=tuple(REGISTRY))
@@ -201,8 +230,8 @@ class DaemonConfig:
         "job that exits sooner is requeued at once.", reload=True)
     stop_timeout_seconds: float = setting(
         "positive", STOP_TIMEOUT_S,
-        "How long a round waits for requeued jobs to release their GPUs.",
-        reload=True)
+        "How long a round waits for requeued jobs to release their GPUs (at most a day).",
+        reload=True, maximum=MAX_WAIT_SECONDS)
     event_poll_seconds: float = setting(
         "nonnegative", 0.5,
         "Between rounds, check Slurm this often (a light `squeue` of the partitions on our "
@@ -237,16 +266,18 @@ class DaemonConfig:
     cluster: str = setting(
         "string", DEFAULT_CLUSTER, "The cluster name `shocksub --cluster` registers job specs under.")
     spool_dir: str = setting(
-        "path", "",
+        "directory", "",
         "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "
-        "the nodes share: shocksub passes it to each job as `$SHOCKSLURM_SPOOL`, and the training "
-        "helper of a job without that variable reads it from this file. Make it owned by the "
-        "daemon's user with mode 1733 (users may add files, not list the directory or remove "
-        "others' files), in a directory users cannot write.")
+        "(no control characters) the nodes share: shocksub passes it to each job as "
+        "`$SHOCKSLURM_SPOOL`, and the training helper of a job without that variable reads it "
+        "from this file. Make it owned by the daemon's user with mode 1733 (users may add "
+        "files, not list the directory or remove others' files), in a directory users cannot "
+        "write.")
     rejected_dir: str = setting(
-        "path", "",
-        "Where refused report files are kept with a `.reason` each, created 0700 and used only "
-        "while owned by the daemon and not group/world-writable (\"\" = `<spool_dir>.rejected`).")
+        "directory", "",
+        "Where refused report files are kept with a `.reason` each (an absolute path, no control "
+        "characters), created 0700 and used only while owned by the daemon and not "
+        "group/world-writable (\"\" = `<spool_dir>.rejected`).")
     min_run_seconds: float | None = setting(
         "optional_nonnegative", None,
         "Churn bound: a running job is not stopped before its current run is this old "
@@ -279,7 +310,8 @@ class DaemonConfig:
     store_timeout_seconds: float = setting(
         "positive", 5.0,
         "How long one store read or write may wait (SQLite busy timeout; PostgreSQL connect, "
-        "lock and statement timeouts) before the round is abandoned as a store outage.")
+        "lock and statement timeouts) before the round is abandoned as a store outage (at most "
+        "a day: PostgreSQL takes its timeouts in 32-bit milliseconds).", maximum=MAX_WAIT_SECONDS)
     max_snapshot_age_seconds: float | None = setting(
         "optional_nonnegative", None,
         "A round whose Slurm snapshot is older than this when it comes to act re-reads Slurm "
@@ -287,7 +319,8 @@ class DaemonConfig:
     standby_retry_seconds: float = setting(
         "positive", 5.0,
         "A standby daemon (another one holds the leader lock) tries to take the lock this "
-        "often (at most every round).")
+        "often (at most every round; at least 0.5 s: each try is a store query).",
+        minimum=MIN_PERIOD_SECONDS)
     metrics_address: str = setting(
         "string", "127.0.0.1",
         "Address the Prometheus endpoint binds to (`0.0.0.0` to expose it).")

@@ -6,6 +6,15 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+# Upper bounds of the options that size a re-solve's memory or time (each documented on its
+# option). Measured on the 2-core development machine, one re-solve of `bench solver`'s
+# 5000-job / 2048-GPU snapshot: 20 rounds 4.9 s and 22 MB at the peak, 200 rounds 12.9 s and
+# 110 MB (linear in rounds x jobs: 10^6 rounds died of MemoryError); 32 breakpoints 13 s and
+# 46 MB against 6's 5 s and 22 MB.
+MAX_FUTURE_ROUNDS = 200
+MAX_LOG_BREAKPOINTS = 32
+MAX_TIME_LIMIT_S = 3600.0
+
 
 @dataclass(frozen=True)
 class ShockwaveConfig:
@@ -17,7 +26,9 @@ class ShockwaveConfig:
     """
 
     future_rounds: int = 20
-    """T: length of the planning window, in rounds."""
+    """T: length of the planning window, in rounds: 1 to `MAX_FUTURE_ROUNDS` (200, ten times
+    the default, five times the 40 tried in the README; a re-solve's memory and time grow with
+    rounds x jobs)."""
     k: float = 1e-3
     """Weight of the makespan term (1/second: it multiplies the largest remaining time)."""
     lam: float = 8.0
@@ -33,7 +44,9 @@ class ShockwaveConfig:
     rhomax: float = 1.0
     """Allowed ratio of planned finish time to fairness target (FTF constraint, priority threshold)."""
     log_breakpoints: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    """Breakpoints of the piecewise-linear log of the progress fraction (log 0 -> log 1e-6)."""
+    """Breakpoints of the piecewise-linear log of the progress fraction (log 0 -> log 1e-6):
+    2 to `MAX_LOG_BREAKPOINTS` (32; each adds a constraint per job to every program; 8 is the
+    most tried, docs/history.md)."""
     log_zero: float = math.log(1e-6)
     resolve_every: int = 8
     """Re-solve after this many rounds without an arrival or completion (else replay the plan)."""
@@ -44,12 +57,13 @@ class ShockwaveConfig:
     market (`market.MIP_STALL_WORK`) decides when the solver stops, so this is reached only on
     a far slower or overloaded machine (it logs a warning; the plan then depends on the load).
     On expiry without a solution the planner falls back to the previous plan or a fair greedy
-    schedule."""
+    schedule. Above 0 and at most `MAX_TIME_LIMIT_S` (an hour: a longer net would let one
+    re-solve hold the daemon's rounds for hours)."""
     mip_time_limit_s: float = 10.0
     """Wall-clock safety net of the integer program in one attempt (logs a warning when hit;
     the best solution HiGHS has is used, status "feasible"). The deciding limit is a work limit:
     1,000 identical pending jobs on 32 GPUs, the hardest case measured, stop after about 2 s on
-    the 2-core development machine."""
+    the 2-core development machine. Above 0 and at most `MAX_TIME_LIMIT_S` (an hour)."""
     momentum: float = 0.9
     """Weight of the time-weighted average in the fairness target (rest: latest estimate)."""
     finish_exponent: float = 100.0
@@ -118,19 +132,23 @@ class ShockwaveConfig:
     def __post_init__(self) -> None:
         for f in fields(self):   # values from TOML or the command line: check each type
             object.__setattr__(self, f.name, _typed(f.name, getattr(self, f.name), f.default))
-        if self.future_rounds < 1:
-            raise ValueError("future_rounds must be >= 1")
+        if not 1 <= self.future_rounds <= MAX_FUTURE_ROUNDS:
+            raise ValueError(f"future_rounds must be in 1..{MAX_FUTURE_ROUNDS}, "
+                             f"got {self.future_rounds!r}")
         if self.resolve_every < 1:
             raise ValueError("resolve_every must be >= 1")
         bp = self.log_breakpoints
+        if len(bp) > MAX_LOG_BREAKPOINTS:
+            raise ValueError(f"log_breakpoints must hold at most {MAX_LOG_BREAKPOINTS} values, "
+                             f"got {len(bp)}")
         if len(bp) < 2 or bp[0] != 0.0 or bp[-1] != 1.0 or list(bp) != sorted(set(bp)):
             raise ValueError("log_breakpoints must rise strictly from 0 to 1")
         if self.progress_model not in ("forecast", "past"):
             raise ValueError("progress_model must be 'forecast' or 'past'")
-        if self.time_limit_s <= 0:
-            raise ValueError("time_limit_s must be positive")
-        if self.mip_time_limit_s <= 0:
-            raise ValueError("mip_time_limit_s must be positive")
+        for name in ("time_limit_s", "mip_time_limit_s"):
+            if not 0 < getattr(self, name) <= MAX_TIME_LIMIT_S:
+                raise ValueError(f"{name} must be > 0 and <= {MAX_TIME_LIMIT_S:g}, "
+                                 f"got {getattr(self, name)!r}")
         if self.priority_cap < 1:
             raise ValueError("priority_cap must be >= 1")
         for name in ("k", "lam", "solver_gap", "finish_exponent", "tail_weight",
@@ -148,8 +166,14 @@ class ShockwaveConfig:
             raise ValueError("mip_max_jobs must be >= 0")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_finite(value: Any) -> bool:
+    """A finite number (an int beyond the float range is not: `math.isfinite` raises on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _typed(name: str, value: Any, default: Any) -> Any:
@@ -164,7 +188,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return value
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if isinstance(default, float):
-        if _is_number(value) and math.isfinite(value):
+        if _is_finite(value):
             return float(value)
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if isinstance(default, str):
@@ -172,8 +196,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return value
         raise ValueError(f"{name} must be a string, got {value!r}")
     if isinstance(default, tuple):
-        if isinstance(value, (list, tuple)) and all(_is_number(v) and math.isfinite(v)
-                                                    for v in value):
+        if isinstance(value, (list, tuple)) and all(_is_finite(v) for v in value):
             return tuple(float(v) for v in value)
         raise ValueError(f"{name} must be a list of finite numbers, got {value!r}")
     raise AssertionError(name)  # pragma: no cover - a field of another type
