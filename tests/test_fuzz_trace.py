@@ -160,13 +160,21 @@ def jsonl_rows(draw) -> dict:
     row = {"model": model, "gpus": draw(st.sampled_from([1, 2, 4, 8])),
            "arrival_s": draw(st.floats(min_value=0, max_value=1e7)), "epochs": epochs,
            "schedule": [[0, bs]], "mode": draw(st.sampled_from(ADAPTATION_MODES))}
+    samples = CATALOGUE[model].samples_per_epoch
     if draw(st.booleans()):
-        row["throughput"] = {str(bs): draw(st.floats(min_value=1e-3, max_value=1e4))}
-        row["samples_per_epoch"] = draw(st.integers(1, 10**7))
+        # within the readers' bounds (shockslurm.limits): an epoch of about 1..10^4 s (1e-3..1e7
+        # allowed), 200 of them well under 366 days, 1e-3..1e4 iterations/s (1e-6..1e6 allowed)
+        rate = draw(st.floats(min_value=1e-3, max_value=1e4))
+        seconds = draw(st.floats(min_value=1.0, max_value=1e4))
+        samples = max(1, round(seconds * rate * bs))
+        row["throughput"] = {str(bs): rate}
+        row["samples_per_epoch"] = samples
     if draw(st.booleans()):
         row["priority"] = draw(st.floats(min_value=0.1, max_value=10))
     if draw(st.booleans()):
-        row["iterations"] = draw(st.integers(1, 10**9))
+        # iterations end the job within its last epoch (at the first batch size)
+        per_epoch = -(-samples // bs)
+        row["iterations"] = draw(st.integers((epochs - 1) * per_epoch + 1, epochs * per_epoch))
     return row
 
 

@@ -584,3 +584,18 @@ def test_shocksub_imports_no_sqlalchemy_numpy_or_policies() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
     assert out.strip() == "[] False False"
+
+
+def test_a_controller_that_lists_no_nodes_does_not_refuse_the_job(
+        tmp_path: Path, recording_sbatch: Path) -> None:
+    """sinfo answering with errors only (slurmctld down): the request cannot be checked, which
+    is said, and sbatch decides (here: it takes the job)."""
+    sinfo = tmp_path / "bin" / "sinfo"
+    sinfo.write_text('#!/bin/bash\necho \'{"errors": [{"error": "Unspecified error", '
+                     '"errno": -1}], "sinfo": []}\'\n')
+    sinfo.chmod(stat.S_IRWXU)
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       str(tmp_path / "scripts"), "--", "python", "x.py"])
+    assert result.exit_code == 0, result.output
+    assert "12345" in result.output and recording_sbatch.exists()
+    assert "cannot check the request against the cluster: sinfo listed no nodes" in result.output

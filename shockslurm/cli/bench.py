@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .paths import OutputFile
+from ..errors import ShockslurmError
+from ..policies import REGISTRY
+from .options import gpus_option, jobs_option, json_option, seed_option
+from .paths import write_output
 
 
 @click.group("bench")
@@ -19,25 +23,28 @@ def bench_group() -> None:
 
 
 @bench_group.command("solver")
-@click.option("--jobs", type=click.IntRange(min=1), default=900, show_default=True,
-              help="Active jobs in the synthetic snapshot.")
-@click.option("--gpus", type=click.IntRange(min=1), default=256, show_default=True)
+@jobs_option(900, "Active jobs in the synthetic snapshot.")
+@gpus_option(256, "GPUs of the snapshot's cluster (one pool).")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option(0, "Seed of the snapshot's random jobs.")
 @click.option("--identical", is_flag=True,
               help="All jobs identical and not started (a fresh sweep: the symmetric case).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also write the JSON to this file.")
+@json_option("Also write the JSON to this file.")
 def bench_solver_cmd(jobs: int, gpus: int, repeats: int, seed: int, identical: bool,
                      json_out: Path | None) -> None:
     """Time single Shockwave re-solves on a synthetic snapshot of JOBS active jobs."""
     from ..policies.shockwave.bench import bench_solver
 
     result = bench_solver(jobs=jobs, gpus=gpus, repeats=repeats, seed=seed, identical=identical)
+    _echo_json(result, json_out)
+
+
+def _echo_json(result: dict[str, Any], json_out: Path | None) -> None:
+    """The result as JSON on stdout, and in `json_out` (--json) when given."""
     text = json.dumps(result, indent=2)
     click.echo(text)
     if json_out is not None:
-        json_out.write_text(text + "\n")
+        write_output(json_out, text + "\n", "--json")
 
 
 BENCH_SPEC = '{"batch_size":32,"epochs":5,"model":"ResNet-18"}'
@@ -159,11 +166,11 @@ def _summary(argv: tuple[str, ...]) -> str:
 
 
 @bench_group.command("round")
-@click.option("--jobs", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Held managed jobs to submit to the live cluster.")
-@click.option("--policy", default="shockwave", show_default=True)
+@jobs_option(1000, "Held managed jobs to submit to the live cluster.")
+@click.option("--policy", type=click.Choice(tuple(REGISTRY)), default="shockwave",
+              show_default=True, help="The policy of the round.")
 @click.option("--partition", default="gpu", show_default=True)
-@click.option("--json", "json_out", type=OutputFile(), help="Also write the JSON to this file.")
+@json_option("Also write the JSON to this file.")
 @click.option("--yes", is_flag=True, help="Submit without asking for confirmation.")
 def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | None,
                     yes: bool) -> None:
@@ -173,11 +180,14 @@ def bench_round_cmd(jobs: int, policy: str, partition: str, json_out: Path | Non
         click.confirm(f"Submit {jobs} held jobs (job name shockbench) to partition "
                       f"{partition!r} of the live cluster? They are cancelled at the end",
                       abort=True)
-    result = bench_round(jobs, policy, partition)
-    text = json.dumps(result, indent=2)
-    click.echo(text)
-    if json_out is not None:
-        json_out.write_text(text + "\n")
+    missing = [c for c in ("sbatch", "squeue", "sinfo", "scancel") if shutil.which(c) is None]
+    if missing:     # nothing is submitted
+        raise click.ClickException(f"Slurm command(s) not found on PATH: {', '.join(missing)}")
+    try:
+        result = bench_round(jobs, policy, partition)
+    except ShockslurmError as exc:      # the submitted jobs are cancelled by then
+        raise click.ClickException(str(exc)) from None
+    _echo_json(result, json_out)
 
 
 from .bench_quality import quality_cmd  # noqa: E402  (after the group it joins)

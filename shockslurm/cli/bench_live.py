@@ -14,14 +14,19 @@ import click
 
 from ..errors import ShockslurmError
 from ..model import JobSpec, Node
+from ..ops.keys import MAX_WAIT_SECONDS
 from ..policies import REGISTRY
-from .options import benchmark_policy_options, json_option, plot_option, policy_option_flag
+from .options import (FiniteFloat, benchmark_policy_options, cluster_nodes_of, json_option,
+                      plot_option, policy_option_flag, restart_overhead_option,
+                      round_seconds_option, seed_option, time_scale_option)
+from .paths import write_output
 
 if TYPE_CHECKING:
     from ..livebench.arms import ArmSettings
 
 DEFAULT_ARMS = "native,shockwave,max_min_fairness,fifo"
 DEFAULT_TIME_SCALE = 0.25
+MAX_ARM_SECONDS = 7 * 86_400.0      # --arm-timeout: an arm of the README's runs takes minutes
 
 
 def parse_arms(value: str) -> list[str]:
@@ -58,24 +63,22 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
                    "(24 generated jobs, static/gns/accordion, ~1.5x the cluster's GPUs).")
 @click.option("--arms", default=DEFAULT_ARMS, show_default=True,
               help="Comma-separated: `native` (plain Slurm) and/or policies run by the daemon.")
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True),
-              default=DEFAULT_TIME_SCALE, show_default=True,
-              help="Real seconds per trace second.")
-@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True), default=20.0,
-              show_default=True, help="The daemon's round length (real seconds).")
-@click.option("--grace-seconds", type=click.FloatRange(min=0), default=10.0, show_default=True,
-              help="The daemon's longest wait between USR1 and requeue.")
+@time_scale_option(DEFAULT_TIME_SCALE, "Real seconds per trace second.")
+@round_seconds_option(20.0, "The daemon's round length (real seconds).")
+@click.option("--grace-seconds", type=FiniteFloat(0, MAX_WAIT_SECONDS), default=10.0,
+              show_default=True, help="The daemon's longest wait between USR1 and requeue "
+                                      "(at most a day).")
 @click.option("--partition", default="gpu", show_default=True,
               help="The managed partition (the daemon's).")
 @click.option("--native-partition", default="urgent", show_default=True,
               help="A partition on the same nodes that job_submit.lua leaves alone.")
-@click.option("--arm-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
-              help="Seconds after which an arm is stopped unfinished.")
+@click.option("--arm-timeout", type=FiniteFloat(1, MAX_ARM_SECONDS), default=1800.0,
+              show_default=True,
+              help="Seconds after which an arm is stopped unfinished (at most a week).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
               help="Where plans, job logs, stores and daemon logs go (default: a new temporary "
                    "directory, kept).")
-@click.option("--seed", type=click.IntRange(min=0), default=None,
-              help="The built-in workload's seed (default: the benchmark's own, 10).")
+@seed_option(None, "The built-in workload's seed (default: the benchmark's own, 10).")
 @click.option("--cluster", "cluster_shape_text", default=None,
               help="Nodes as NODESxGPUS (e.g. 4x8) instead of reading the partition from Slurm "
                    "(for --simulate-only away from the cluster).")
@@ -86,9 +89,8 @@ def cluster_nodes(partition: str) -> tuple[Node, ...]:
                    "and print each arm's medians and its ratios to native paired by repeat.")
 @click.option("--simulate-only", is_flag=True,
               help="Run no arm: print each arm's simulated numbers and the bounds only.")
-@click.option("--restart-overhead", type=click.FloatRange(min=0), default=2.0,
-              show_default=True,
-              help="With --simulate-only: the switch cost in seconds (the live median switch).")
+@restart_overhead_option(2.0, "With --simulate-only: the switch cost in seconds (the live "
+                              "median switch).")
 @json_option("Write every arm's numbers (and the workload's shape) as JSON.")
 @plot_option("Write per-arm timeline and utilisation charts and rho-by-arm there.")
 def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_seconds: float,
@@ -175,7 +177,7 @@ def _run_arms(arms: list[str], jobs: list[JobSpec], nodes: tuple[Node, ...],
             if repeat > 1:
                 document.update(medians=arm_medians(results), ratios=paired_ratios(results))
             if json_out is not None:
-                json_out.write_text(json.dumps(document, indent=2) + "\n")
+                write_output(json_out, json.dumps(document, indent=2) + "\n", "--json")
 
 
 def _echo_tables(results: list[dict[str, Any]], repeat: int) -> None:
@@ -198,11 +200,11 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
                           seed: int | None) -> tuple[tuple[Node, ...], list[JobSpec]]:
     """The nodes (a shape, else the partition's from Slurm) and the trace-second workload."""
     from ..livebench import workload as wl
-    from ..model import parse_cluster_shape
     from ..workload.jsonl import read_jobs
 
+    given = cluster_nodes_of(shape) if shape else None
     try:
-        nodes = parse_cluster_shape(shape) if shape else cluster_nodes(partition)
+        nodes = cluster_nodes(partition) if given is None else given
         gpus = sum(n.gpus for n in nodes)
         if workload_path is not None:
             return nodes, read_jobs(workload_path)
@@ -241,10 +243,11 @@ def _simulate_only(jobs: list[JobSpec], arms: list[str], nodes: tuple[Node, ...]
         raise click.ClickException(f"cannot simulate the workload: {exc}") from None
     bounds = workload_bounds(jobs, gpus)
     if json_out is not None:
-        json_out.write_text(json.dumps({"bounds": bounds, "round_seconds": round_s,
-                                        "restart_overhead_s": restart_overhead_s,
-                                        "policy_options": {a: o for a, o in options.items() if o},
-                                        "arms": results}, indent=2) + "\n")
+        write_output(json_out, json.dumps({"bounds": bounds, "round_seconds": round_s,
+                                           "restart_overhead_s": restart_overhead_s,
+                                           "policy_options": {a: o for a, o in options.items()
+                                                              if o},
+                                           "arms": results}, indent=2) + "\n", "--json")
     click.echo(markdown_table(results))
     _echo_bounds(bounds)
 

@@ -16,8 +16,9 @@ from ..sim.quality import SIZES, cases, parse_sizes, quality_runs, size_label, w
 from ..sim.quality_summary import REFERENCE, Row, ratio_table, size_summary
 from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
-from .options import (benchmark_policy_options, json_option, plot_option, policy_list,
-                      policy_option_flag)
+from .options import (MAX_GPUS, MAX_JOBS, MAX_SEEDS, benchmark_policy_options, json_option,
+                      plot_option, policy_list, policy_option_flag, workers_option)
+from .paths import write_output
 
 DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
 
@@ -78,6 +79,20 @@ def _policy_list(value: str) -> list[str]:
     return names
 
 
+def _sizes(text: str) -> list[tuple[int, int]]:
+    """`--sizes` (`sim.quality.parse_sizes`), each at most MAX_JOBS jobs on MAX_GPUS GPUs (the
+    README's largest: 5000/2048), or a usage error naming the option."""
+    try:
+        sizes = parse_sizes(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    for jobs, gpus in sizes:
+        if jobs > MAX_JOBS or gpus > MAX_GPUS:
+            raise click.BadParameter(f"size {size_label(jobs, gpus)}: at most {MAX_JOBS:,} jobs "
+                                     f"on {MAX_GPUS:,} GPUs", param_hint="--sizes")
+    return sizes
+
+
 def _table(throughputs: Path | None) -> Throughputs:
     if throughputs is None:
         click.echo("note: no --throughputs given: job lengths use the built-in catalogue's "
@@ -92,16 +107,15 @@ def _table(throughputs: Path | None) -> Throughputs:
                    "throughputs-tacc.json); default: the built-in catalogue's model.")
 @click.option("--sizes", default=DEFAULT_SIZES, show_default=True,
               help="JOBS/GPUS pairs, comma-separated.")
-@click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=5, show_default=True,
               help="Workloads per size (seeds 1..N).")
 @click.option("--policies", default=",".join(REGISTRY), show_default=True,
               help="Policies, comma-separated (shockwave is always added).")
-@click.option("--node-gpus", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--node-gpus", type=click.IntRange(0, MAX_GPUS), default=0, show_default=True,
               help="Split the GPUs into nodes of this many (0: one pool).")
 @policy_option_flag()
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Simulations at once (a process pool; results are the same, the solve times "
-                   "are not comparable with a sequential run's).")
+@workers_option("Simulations at once (a process pool; results are the same, the solve times "
+                "are not comparable with a sequential run's).")
 @json_option("Write every run, the ratios and the per-size summary to this JSON file.")
 @plot_option("Write a frontier plot (makespan vs worst rho) per size into this folder.")
 def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str, node_gpus: int,
@@ -110,10 +124,7 @@ def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str,
     """Shockwave against every baseline on reference-like workloads (contended: the 120-job
     trace's load per GPU), the baselines with and without the Gavel gate: median ratios per
     size, re-solve times and placement loss, as Markdown (JSON with --json)."""
-    try:
-        size_list = parse_sizes(sizes)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    size_list = _sizes(sizes)
     if node_gpus and any(g % node_gpus for _, g in size_list if g > node_gpus):
         raise click.BadParameter(f"every size's GPUs must split into nodes of {node_gpus}",
                                  param_hint="--node-gpus")
@@ -140,10 +151,7 @@ def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str,
                     "policy_options": {p: o for p, o in options.items() if o},
                     "throughputs": str(throughputs) if throughputs else "catalogue",
                     "summary": summary, "ratios": ratios, "runs": rows}
-        try:
-            json_out.write_text(json.dumps(_finite(document), indent=2) + "\n")
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {json_out}: {exc}") from None
+        write_output(json_out, json.dumps(_finite(document), indent=2) + "\n", "--json")
     if plot_dir is not None:
         try:
             for path in write_frontier_plots(rows, plot_dir):

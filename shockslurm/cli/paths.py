@@ -1,6 +1,9 @@
 """Output options (`--json FILE`, `--out FILE`, `--plot DIR`, ...) checked when the command line
 is read, before any work: a place the command could not write stops it at once with an error
-naming the option, instead of a traceback after a long run."""
+naming the option, instead of a traceback after a long run. The path a command receives is a
+`NamedPath` that remembers its option, so a later failure to write it (disk full, a file size
+limit, a race with this check) names the option too; outputs are written atomically
+(`shockslurm.atomic`): a failed write leaves the file already there untouched."""
 
 from __future__ import annotations
 
@@ -10,13 +13,21 @@ from typing import Any, Callable
 
 import click
 
+from ..atomic import NamedPath, write_file
+
 
 def file_problem(path: Path) -> str | None:
     """Why the file `path` could not be written (created or replaced), or None."""
     if path.exists():
         if path.is_dir():
             return "is a directory"
-        return None if os.access(path, os.W_OK) else "is not writable"
+        if not os.access(path, os.W_OK):
+            return "is not writable"
+        real = Path(os.path.realpath(path))
+        if real.is_file() and not os.access(real.parent, os.W_OK | os.X_OK):
+            # a file is replaced by a new one written beside it (`shockslurm.atomic`)
+            return f"cannot replace it: its directory {real.parent} is not writable"
+        return None
     parent = path.parent
     if not parent.exists():
         return f"directory {parent} does not exist"
@@ -44,6 +55,12 @@ def dir_problem(path: Path) -> str | None:
     return None
 
 
+def _option_name(param: click.Parameter | None) -> str | None:
+    """`--out` for an option declared `--out`/`-o`; None outside a command line."""
+    opts = list(getattr(param, "opts", None) or ())
+    return next((o for o in opts if o.startswith("--")), opts[0] if opts else None)
+
+
 class _Output(click.Path):
     """A path the command writes; refused at parse time when `problem` finds a reason."""
 
@@ -55,7 +72,7 @@ class _Output(click.Path):
         problem = type(self).problem(path)
         if problem:
             self.fail(f"{path}: {problem}", param, ctx)
-        return path
+        return NamedPath.given(path, _option_name(param))
 
 
 class OutputFile(_Output):
@@ -78,10 +95,8 @@ class OutputDir(_Output):
 
 
 def write_output(path: Path, text: str, option: str) -> None:
-    """Write `text` to `path`; a failure (disk full, a race with the parse-time check) is a
-    clear error naming `option`."""
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise click.ClickException(f"{option} {path}: cannot write: "
-                                   f"{exc.strerror or exc}") from None
+    """Write `text` to `path` atomically (UTF-8): a failure (disk full, a file size limit, a race
+    with the parse-time check) is a clear error naming `option` and `path`
+    (`atomic.OutputWriteError`, an `Error:` line), and leaves the file already there
+    untouched."""
+    write_file(path, text.encode("utf-8"), option=option)

@@ -218,6 +218,10 @@ def _check_cluster(req) -> None:
     except ShockslurmError as exc:
         click.echo(f"shocksub: cannot check the request against the cluster: {exc}", err=True)
         return
+    if not nodes:      # sinfo answered with errors only (a controller that is down): no list
+        click.echo("shocksub: cannot check the request against the cluster: sinfo listed no "
+                   "nodes", err=True)
+        return
     try:
         check_fits(req, nodes)
     except InputError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ShockslurmError
-from ..model import JobSpec, Node, parse_cluster_shape
+from ..model import JobSpec, Node
 from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
                           parse_policy_assignments, read_policy_table)
 from ..policies import PolicySettings, policy_names
@@ -21,7 +21,9 @@ from ..store import open_store
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from .db import DB_HELP, record_simulation
-from .options import json_option, plot_option, policy_list, policy_option_flag
+from .options import (MAX_GPUS, FiniteFloat, cluster_nodes_of, gpus_option, json_option,
+                      plot_option, policy_list, policy_option_flag, restart_overhead_option,
+                      round_seconds_option)
 from .paths import write_output
 from .progress_bar import DelayedProgress
 from .trace import is_jsonl
@@ -63,10 +65,7 @@ def _cluster(shape: str | None, gpus: int | None) -> tuple[Node, ...]:
         return ()
     if gpus is not None:
         raise click.UsageError("give either --gpus (one pool) or --cluster (nodes), not both")
-    try:
-        return parse_cluster_shape(shape)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster") from None
+    return cluster_nodes_of(shape)
 
 
 def _policy_options(names: list[str], config_file: Path | None, assignments: tuple[str, ...]
@@ -105,20 +104,16 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--profiles", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Reference per-epoch profiles (JSON or .json.gz); without them each job's "
                    "profile is what the reference's batch-size rules make of it alone.")
-@click.option("--gpus", type=click.IntRange(min=1), default=None,
-              help=f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
+@gpus_option(None, f"GPUs in the cluster (default {DEFAULT_GPUS} for the built-in workload).")
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS[,...]",
               help="The cluster as nodes, e.g. 4x8 (4 nodes of 8 GPUs) or 2x8,4x4: plans are "
                    "placed on nodes, so gangs that fit no node wait (instead of --gpus, which is "
-                   "one pool where any gang fits).")
+                   f"one pool where any gang fits; at most {MAX_GPUS:,} GPUs in all).")
 @click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
               help="Policy name, or several separated by commas to compare side by side.")
-@click.option("--round-seconds", type=click.FloatRange(min=0, min_open=True),
-              default=PolicySettings.round_s,
-              show_default=True, help="Round length.")
-@click.option("--restart-overhead", type=click.FloatRange(min=0), default=RESTART_OVERHEAD_S,
-              show_default=True,
-              help="Seconds lost by a job that runs after not running in the previous round.")
+@round_seconds_option(PolicySettings.round_s, "Round length.")
+@restart_overhead_option(RESTART_OVERHEAD_S, "Seconds lost by a job that runs after not "
+                         "running in the previous round.")
 @click.option("--fill-on-completion/--round-boundaries", default=False, show_default=True,
               help="--fill-on-completion simulates the live daemon's event-driven rounds: GPUs a "
                    "finishing job frees are re-planned at once when jobs wait (restarts cost "
@@ -131,7 +126,7 @@ def format_table(results: list[SimResult]) -> str:
                    "simulator's rules (comparable with its published numbers), 'profile' follows "
                    "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
                    "TSV traces and 'profile' otherwise.")
-@click.option("--resolve-interval", type=click.FloatRange(min=0),
+@click.option("--resolve-interval", type=FiniteFloat(min=0),
               default=PolicySettings.min_resolve_interval_s,
               show_default=True,
               help="Baselines (Gavel-style policies) re-solve at most this often, plus on "

@@ -14,12 +14,13 @@ from ..sim.reference_profiles import load_reference_trace, with_reference_profil
 from ..workload.reference import read_throughputs, reference_jobs
 from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
                                        generate_reference_like, write_reference_trace)
+from .options import jobs_option, jobs_per_hour_option, seed_option
 from .paths import OutputFile
 
 
 def is_jsonl(trace: Path) -> bool:
     """Whether a workload file is in our JSON Lines format (else a reference TSV trace)."""
-    return trace.suffix in (".jsonl", ".json")
+    return trace.suffix.lower() in (".jsonl", ".json")
 
 
 @click.group("trace")
@@ -33,14 +34,13 @@ def trace_group() -> None:
               help="'builtin': our synthetic workload from the model catalogue; 'reference': "
                    "drawn the way the Shockwave reference's trace generator draws its jobs "
                    "(README: Reference-like workloads).")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help=f"Jobs to draw (default {GeneratorConfig.jobs}; --like reference: "
+@jobs_option(None, f"Jobs to draw (default {GeneratorConfig.jobs}; --like reference: "
                    f"{ReferenceLikeConfig.jobs}).")
-@click.option("--seed", type=int, default=GeneratorConfig.seed, show_default=True)
-@click.option("--jobs-per-hour", type=click.FloatRange(min=0, min_open=True), default=None,
-              help=f"Mean arrival rate, Poisson (default {GeneratorConfig.jobs_per_hour:g}; "
-                   f"--like reference: {3600 / ReferenceLikeConfig.mean_interarrival_s:.1f}, "
-                   "the reference 120-job trace's rate on 32 GPUs).")
+@seed_option(GeneratorConfig.seed)
+@jobs_per_hour_option(None, f"Mean arrival rate, Poisson (default "
+                            f"{GeneratorConfig.jobs_per_hour:g}; --like reference: "
+                            f"{3600 / ReferenceLikeConfig.mean_interarrival_s:.1f}, the "
+                            "reference 120-job trace's rate on 32 GPUs).")
 @click.option("--throughputs", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="--like reference: the reference throughput JSON (e.g. "
                    "../shared/data/shockwave-120/throughputs-tacc.json) that sets each job's "

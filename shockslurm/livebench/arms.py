@@ -283,7 +283,9 @@ def run_arm(arm: str, jobs: Sequence[JobSpec], settings: ArmSettings, capacity: 
         echo(f"{arm}: {len(jobs)} jobs, prefix {prefix}, logs in {arm_dir}")
 
         def submit(job: JobSpec) -> None:
-            if stopping.wait(max(0.0, t0 + job.arrival_s - time.time())):
+            # (threading's waits take at most TIMEOUT_MAX seconds; the arm timeout ends sooner)
+            if stopping.wait(min(threading.TIMEOUT_MAX,
+                                 max(0.0, t0 + job.arrival_s - time.time()))):
                 return          # the arm is being torn down: submit nothing more
             name = f"{prefix}{job.job_id}"
             plan = arm_dir / "plans" / f"{name}.json"

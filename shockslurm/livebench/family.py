@@ -38,10 +38,11 @@ BOUND_KEYS = ("makespan_s", "avg_jct_s", "worst_rho")
 _SEEDS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
 
-def parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str, most: int | None = None) -> list[int]:
     """`10-69` or `10,12,20-25` -> the seeds in the order given, each once; a ValueError
-    naming what is wrong otherwise."""
-    seeds: dict[int, None] = {}        # insertion-ordered, each seed once
+    naming what is wrong otherwise, also when the ranges hold more than `most` seeds (counted
+    before any is listed, so `0-99999999999999` costs nothing)."""
+    spans: list[tuple[int, int]] = []
     for part in text.split(","):
         match = _SEEDS.match(part)
         if match is None:
@@ -50,6 +51,11 @@ def parse_seeds(text: str) -> list[int]:
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise ValueError(f"the range {first}-{last} is empty")
+        spans.append((first, last))
+    if most is not None and sum(last - first + 1 for first, last in spans) > most:
+        raise ValueError(f"more than {most:,} seeds")
+    seeds: dict[int, None] = {}        # insertion-ordered, each seed once
+    for first, last in spans:
         seeds.update(dict.fromkeys(range(first, last + 1)))
     return list(seeds)
 

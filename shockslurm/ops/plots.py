@@ -6,6 +6,11 @@ adapters in `ops.runs` build these tuples and everything below is shared.
 
 matplotlib is imported lazily with the non-interactive Agg backend, so importing this module is
 cheap and never needs a display (daemons, CI, ssh sessions).
+
+Each chart is written atomically (`shockslurm.atomic`: drawn into a temporary file in the
+directory, then renamed onto its name), so a failed write (disk full, a directory already at a
+chart's name) leaves the file already there untouched and is an `OutputWriteError` naming the
+file and the option that named the directory (`--plot DIR`, `--out DIR`), never a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from ..atomic import OutputWriteError, describe, write_file
 
 # (job label, start s, width s, gang size): one bar of the GPU allocation timeline.
 TimelineBar = tuple[str, float, float, int]
@@ -53,7 +60,8 @@ def _time_axis(seconds: Sequence[float]) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def plot_timeline(bars: Sequence[TimelineBar], out: Path, *, title: str) -> Path:
+def plot_timeline(bars: Sequence[TimelineBar], out: Path, *, title: str,
+                  within: Path | None = None) -> Path:
     """Gantt-like chart: one row per job, one bar per round it held GPUs, coloured by gang size.
 
     Times are shown relative to the first bar (live runs store Unix seconds).
@@ -90,13 +98,14 @@ def plot_timeline(bars: Sequence[TimelineBar], out: Path, *, title: str) -> Path
         if not bars:
             ax.text(0.5, 0.5, "no allocations recorded", transform=ax.transAxes, ha="center")
         fig.tight_layout()
-        fig.savefig(out, dpi=DPI)
+        _save(fig, out, within)
     finally:
         plt.close(fig)
     return out
 
 
-def plot_utilisation(steps: Sequence[UtilStep], out: Path, *, title: str) -> Path:
+def plot_utilisation(steps: Sequence[UtilStep], out: Path, *, title: str,
+                     within: Path | None = None) -> Path:
     """GPUs used / GPUs in the cluster per round, as a step curve (0..1)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 3.5))
@@ -121,7 +130,7 @@ def plot_utilisation(steps: Sequence[UtilStep], out: Path, *, title: str) -> Pat
         ax.set_ylabel("GPUs used / total")
         ax.set_title(title)
         fig.tight_layout()
-        fig.savefig(out, dpi=DPI)
+        _save(fig, out, within)
     finally:
         plt.close(fig)
     return out
@@ -129,7 +138,7 @@ def plot_utilisation(steps: Sequence[UtilStep], out: Path, *, title: str) -> Pat
 
 def plot_rho(rho_by_label: Mapping[str, Sequence[float]], out: Path, *,
              title: str = "finish-time fairness rho per policy",
-             definition: str = RunSeries.rho_definition) -> Path:
+             definition: str = RunSeries.rho_definition, within: Path | None = None) -> Path:
     """Box plot of rho per policy/run with every job as a jittered point; rho = 1 marked."""
     plt = _pyplot()
     import numpy as np
@@ -157,10 +166,16 @@ def plot_rho(rho_by_label: Mapping[str, Sequence[float]], out: Path, *,
         ax.set_ylabel("rho")
         ax.set_title(f"{title}\nrho = {definition}", fontsize=10)
         fig.tight_layout()
-        fig.savefig(out, dpi=DPI)
+        _save(fig, out, within)
     finally:
         plt.close(fig)
     return out
+
+
+def _save(fig: Any, out: Path, within: Path | None) -> None:
+    """`fig` as a PNG at `out`, atomically; `within`: the directory an option named (for the
+    error message)."""
+    write_file(out, lambda fh: fig.savefig(fh, format="png", dpi=DPI), within=within)
 
 
 def _natural(label: str) -> tuple:
@@ -176,16 +191,22 @@ def safe_name(text: str) -> str:
 def write_run_plots(series: Sequence[RunSeries], out_dir: Path) -> list[Path]:
     """Per run: `<label>-timeline.png` and `<label>-utilisation.png`; for all runs together:
     `rho-by-policy.png` (only when some run has rho values). Returns the files written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:   # a race with the command line's check, or a file in the way
+        raise OutputWriteError(f"{describe(out_dir)}: cannot create the directory: "
+                               f"{exc.strerror or exc}") from None
     paths: list[Path] = []
     for s in series:
         stem = safe_name(s.label)
         paths.append(plot_timeline(s.timeline, out_dir / f"{stem}-timeline.png",
-                                   title=f"GPU allocation per job: {s.label}"))
+                                   title=f"GPU allocation per job: {s.label}", within=out_dir))
         paths.append(plot_utilisation(s.utilisation, out_dir / f"{stem}-utilisation.png",
-                                      title=f"GPU utilisation per round: {s.label}"))
+                                      title=f"GPU utilisation per round: {s.label}",
+                                      within=out_dir))
     rho = {s.label: s.rho for s in series if s.rho}
     if rho:
         paths.append(plot_rho(rho, out_dir / "rho-by-policy.png",
-                              definition=next(s.rho_definition for s in series if s.rho)))
+                              definition=next(s.rho_definition for s in series if s.rho),
+                              within=out_dir))
     return paths

@@ -18,11 +18,13 @@ else after the configured round length.
 from __future__ import annotations
 
 import json
+import math
 from typing import Mapping, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import Text, select, type_coerce
 from sqlalchemy.orm import Session
 
+from ..errors import ShockslurmError
 from ..model import JobSpec
 from ..policies import PolicySettings
 from ..sim.run import SimResult
@@ -70,9 +72,28 @@ def from_sim(result: SimResult, jobs: Sequence[JobSpec], label: str | None = Non
     return RunSeries(label or result.policy, result.policy, bars, util, rho)
 
 
+# A run id is a SQL INTEGER/BIGINT: 1 .. 2^63 - 1 (ids outside it are no run, and would
+# overflow the driver).
+MAX_RUN_ID = 2**63 - 1
+
+
+class RunDamaged(ShockslurmError, LookupError):
+    """A stored run `report` cannot draw: a value in its rows is not what the store writes (a
+    hand edit, a damaged file). The message names the run, the table, the row and the value. A
+    `LookupError`, as "no such run" is, so a command reporting runs shows it as one line."""
+
+
+class _Bad(Exception):
+    """What is wrong, without the run (from_store adds it)."""
+
+
 def run_ids(session: Session, wanted: Sequence[int] = ()) -> list[int]:
     """The runs to report: `wanted`, or every simulated/live run (not the shocksub registry)."""
     if wanted:
+        outside = [r for r in wanted if not 1 <= r <= MAX_RUN_ID]
+        if outside:
+            raise LookupError(f"no run {', '.join(map(str, outside))} in the store (run ids are "
+                              f"1 to {MAX_RUN_ID})")
         found = set(session.scalars(select(Run.id).where(Run.id.in_(list(wanted)))))
         missing = [r for r in wanted if r not in found]
         if missing:
@@ -83,42 +104,146 @@ def run_ids(session: Session, wanted: Sequence[int] = ()) -> list[int]:
 
 
 def from_store(session: Session, run_id: int) -> RunSeries:
-    """A stored run (reads its rounds, plan entries, jobs and completion events)."""
-    run = session.get(Run, run_id)
-    if run is None:
+    """A stored run (reads its rounds, plan entries, jobs and completion events).
+
+    `LookupError` when there is no such run; `RunDamaged` (a `LookupError`) when a value it
+    needs is not what the store writes: a run's configuration that is no JSON object or has a
+    non-numeric `gpus`/`jobs`/`round_s`, a time, gang size or GPU count that is no number, a
+    plan entry of a job that is not the run's. The whole report stops there, naming the run and
+    the row, rather than drawing a chart that is silently wrong; the other runs can be drawn
+    with `--run`. Events' details are read leniently: one that does not parse gives no rho.
+    """
+    if not 1 <= run_id <= MAX_RUN_ID:
+        raise LookupError(f"no run {run_id} in the store (run ids are 1 to {MAX_RUN_ID})")
+    row = session.execute(select(Run.policy, type_coerce(Run.config, Text))
+                          .where(Run.id == run_id)).first()
+    if row is None:
         raise LookupError(f"no run {run_id} in the store")
-    cfg = dict(run.config or {})
-    jobs = {j.id: j for j in session.scalars(select(Job).where(Job.run_id == run_id))}
-    label_of = {pk: f"job {j.job_id}" for pk, j in jobs.items()}
-    gang = {label_of[pk]: j.gang_size for pk, j in jobs.items()}
-    rounds_rows = list(session.scalars(select(Round).where(Round.run_id == run_id)
-                                       .order_by(Round.round_index)))
-    plans: dict[int, dict[str, int]] = {r.id: {} for r in rounds_rows}
-    for entry in session.scalars(select(PlanEntry).join(Round, PlanEntry.round_id == Round.id)
-                                 .where(Round.run_id == run_id)):
-        plans[entry.round_id][label_of[entry.job_pk]] = entry.gpus
-    completion: dict[str, float] = {}
-    exclusive: dict[str, float] = {}
-    events = session.scalars(select(JobEvent).join(Job, JobEvent.job_pk == Job.id)
-                             .where(Job.run_id == run_id, JobEvent.kind == COMPLETED))
-    for ev in events:
-        label = label_of[ev.job_pk]
-        completion[label] = ev.time_s
+    try:
+        return _read_run(session, run_id, row[0], _config(row[1]))
+    except _Bad as exc:
+        raise RunDamaged(f"run {run_id} cannot be reported: damaged in the store: {exc}; "
+                         f"report the other runs with --run ID") from None
+
+
+def _config(raw: object) -> dict[str, object]:
+    """runs.config as a dict (SQLite hands back its text; PostgreSQL's driver may parse it)."""
+    if isinstance(raw, (str, bytes)):
         try:
-            detail = json.loads(ev.detail or "{}")
-            exclusive[label] = float(detail["exclusive_runtime_s"])
-        except (ValueError, KeyError, TypeError):
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise _Bad(f"runs.config is not JSON: {_short(raw)}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _Bad(f"runs.config is not a JSON object: {_short(raw)}")
+    return raw
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _number(value: object, where: str) -> float:
+    """A finite number read from the store, else `_Bad` naming `where`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(f"{where} is {_short(value)}, not a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise _Bad(f"{where} is {_short(value)}, not a finite number")
+    return number
+
+
+def _count(value: object, where: str, *, minimum: int = 1) -> int:
+    """A whole number >= `minimum` read from the store (a run's configuration may hold "4")."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
             pass
-    round_s = float(cfg.get("round_s") or cfg.get("round_seconds")
-                    or PolicySettings.round_s)
-    rounds = [(r.time_s, plans[r.id]) for r in rounds_rows]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _Bad(f"{where} is {_short(value)}, not a whole number >= {minimum}")
+    return value
+
+
+def _setting(cfg: Mapping[str, object], *keys: str) -> object:
+    """The first of `keys` set (truthy) in the run's configuration, and None if none is."""
+    return next((cfg[k] for k in keys if cfg.get(k)), None)
+
+
+def _read_run(session: Session, run_id: int, policy: str, cfg: Mapping[str, object]) -> RunSeries:
+    jobs = _jobs(session, run_id)
+    label_of = {pk: f"job {job_id}" for pk, (job_id, _, _) in jobs.items()}
+    gang = {label_of[pk]: g for pk, (_, g, _) in jobs.items()}
+    rounds = _rounds(session, run_id, label_of)
+    completion, exclusive = _completions(session, run_id, label_of)
+    given = _setting(cfg, "round_s", "round_seconds")
+    round_s = PolicySettings.round_s if given is None else _number(given, "runs.config round_s")
     bars, _ = _bars(rounds, completion, gang, round_s)
     used = [sum(plan.values()) for _, plan in rounds]
-    total = int(cfg.get("gpus") or max(used, default=0) or 1)  # live runs: peak GPUs in use
+    gpus = _setting(cfg, "gpus")
+    total = (_count(gpus, "runs.config gpus") if gpus is not None
+             else max(used, default=0) or 1)          # live runs: peak GPUs in use
     util: list[UtilStep] = [(t, u, total) for (t, _), u in zip(rounds, used)]
-    trace_jobs = int(cfg.get("jobs") or len(jobs) or 1)
-    submit = {label_of[pk]: j.submit_s for pk, j in jobs.items()}
+    declared = _setting(cfg, "jobs")
+    trace_jobs = _count(declared, "runs.config jobs") if declared is not None else len(jobs) or 1
+    submit = {label_of[pk]: s for pk, (_, _, s) in jobs.items()}
     rho = [static_rho(completion[k] - submit[k], exclusive[k], trace_jobs, total)
            for k in sorted(completion) if exclusive.get(k, 0) > 0]
-    return RunSeries(f"run {run_id} {run.policy}", run.policy, bars, util, rho)
+    return RunSeries(f"run {run_id} {policy}", policy, bars, util, rho)
 
+
+def _jobs(session: Session, run_id: int) -> dict[int, tuple[object, int, float]]:
+    """job pk -> (job id, gang size, submit time)."""
+    out: dict[int, tuple[object, int, float]] = {}
+    for pk, job_id, gang, submit in session.execute(
+            select(Job.id, Job.job_id, Job.gang_size, Job.submit_s).where(Job.run_id == run_id)):
+        out[pk] = (job_id, _count(gang, f"jobs row {pk} gang_size"),
+                   _number(submit, f"jobs row {pk} submit_s"))
+    return out
+
+
+def _rounds(session: Session, run_id: int,
+            label_of: Mapping[int, str]) -> list[tuple[float, dict[str, int]]]:
+    """(round start, {job label: GPUs}) in round order."""
+    rows = session.execute(select(Round.id, Round.time_s).where(Round.run_id == run_id)
+                           .order_by(Round.round_index)).all()
+    plans: dict[int, dict[str, int]] = {pk: {} for pk, _ in rows}
+    entries = session.execute(select(PlanEntry.id, PlanEntry.round_id, PlanEntry.job_pk,
+                                     PlanEntry.gpus)
+                              .join(Round, PlanEntry.round_id == Round.id)
+                              .where(Round.run_id == run_id))
+    for pk, round_pk, job_pk, gpus in entries:
+        if job_pk not in label_of:
+            raise _Bad(f"plan_entries row {pk} (round row {round_pk}) names job_pk "
+                       f"{_short(job_pk)}, which is no job of this run")
+        plans[round_pk][label_of[job_pk]] = _count(gpus, f"plan_entries row {pk} gpus",
+                                                   minimum=0)
+    return [(_number(t, f"rounds row {pk} time_s"), plans[pk]) for pk, t in rows]
+
+
+def _completions(session: Session, run_id: int,
+                 label_of: Mapping[int, str]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per job label: its completion time, and its exclusive runtime where the event has it."""
+    completion: dict[str, float] = {}
+    exclusive: dict[str, float] = {}
+    events = session.execute(select(JobEvent.id, JobEvent.job_pk, JobEvent.time_s,
+                                    JobEvent.detail)
+                             .join(Job, JobEvent.job_pk == Job.id)
+                             .where(Job.run_id == run_id, JobEvent.kind == COMPLETED))
+    for pk, job_pk, time_s, detail in events:
+        label = label_of[job_pk]
+        completion[label] = _number(time_s, f"job_events row {pk} time_s")
+        try:
+            runtime = float(json.loads(detail or "{}")["exclusive_runtime_s"])
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            continue
+        if math.isfinite(runtime):
+            exclusive[label] = runtime
+    return completion, exclusive

@@ -339,7 +339,7 @@ class SimulatedCluster:
     def _view(self, job: SimJob) -> JobView:
         s = job.spec
         profile = (s.declared_profile() if self.declared_profile
-                   else EpochProfile(s.batch_sizes, s.epoch_durations, s.exclusive_runtime_s))
+                   else EpochProfile(s.batch_sizes, s.epoch_durations, job.exclusive_runtime_s))
         return JobView(
             job_id=s.job_id, gang_size=s.gang_size, arrival_s=s.arrival_s,
             num_epochs=s.num_epochs, epochs_done=job.epochs_done, batch_size=job.batch_size,

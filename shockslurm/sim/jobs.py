@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import copy
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Mapping
 
-from ..model import JobSpec
+from ..model import JobSpec, runs_of
 from . import reference_rules
 
 ADAPTATION_MODES = ("profile", "reference")
@@ -66,6 +68,12 @@ class SimJob:
     safety_net: bool = True           # the reference's end at 1.5x the exclusive time
     observed_batch_sizes: tuple[int, ...] = ()
     batch_size_changes: list[tuple[float, int, int]] = field(default_factory=list)
+    # Derived once from the (frozen) spec, so that a round costs the same at epoch 10 as at
+    # epoch 10**6: the profile's exclusive run time (a sum over every epoch) and its schedule as
+    # runs of one batch size (first epoch of each run, and its batch size).
+    _exclusive_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    _run_starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    _run_sizes: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.adaptation not in ADAPTATION_MODES:
@@ -73,6 +81,10 @@ class SimJob:
                              f"(known: {', '.join(ADAPTATION_MODES)})")
         self.batch_size = self.spec.initial_batch_size
         self.total_iterations = self.spec.iterations
+        self._exclusive_s = self.spec.exclusive_runtime_s
+        runs = runs_of(self.spec.batch_sizes)
+        self._run_sizes = tuple(bs for bs, _ in runs)
+        self._run_starts = tuple(accumulate((n for _, n in runs[:-1]), initial=0))
 
     # ------------------------------------------------------------------ derived quantities
     @property
@@ -94,6 +106,11 @@ class SimJob:
     @property
     def done(self) -> bool:
         return self.completion_s is not None
+
+    @property
+    def exclusive_runtime_s(self) -> float:
+        """The spec's exclusive run time (`JobSpec.exclusive_runtime_s`), summed once."""
+        return self._exclusive_s
 
     # ------------------------------------------------------------------ a round of work
     def iterations_for(self, seconds: float) -> int:
@@ -124,12 +141,20 @@ class SimJob:
     def _iterations_to_change(self) -> int:
         """Iterations at the current batch size until the schedule wants another (profile mode;
         the remaining iterations when it never does)."""
-        ipe = self.iterations_per_epoch
-        schedule = self.spec.batch_sizes
-        for epoch in range(int(self.epochs_done) + 1, self.spec.num_epochs):
-            if schedule[epoch] != self.batch_size:
-                return max(1, epoch * ipe - self.iterations_done)
-        return self.remaining_iterations
+        # The first epoch after the current one whose batch size differs from the current batch
+        # size: found among the schedule's runs of equal batch sizes (O(log runs), where a scan
+        # of the epochs made a long job's simulation quadratic).
+        start = int(self.epochs_done) + 1
+        if start >= self.spec.num_epochs:
+            return self.remaining_iterations
+        run = bisect_right(self._run_starts, start) - 1
+        if self._run_sizes[run] != self.batch_size:
+            epoch = start
+        elif run + 1 < len(self._run_starts):
+            epoch = self._run_starts[run + 1]     # neighbouring runs differ in batch size
+        else:
+            return self.remaining_iterations
+        return max(1, epoch * self.iterations_per_epoch - self.iterations_done)
 
     def record_run(self, iterations: int | Run, exec_s: float, end_s: float) -> None:
         """Account a finished run (its iterations at the current batch size, or a `Run`'s
@@ -177,7 +202,7 @@ class SimJob:
     def over_deadline(self) -> bool:
         """The reference ends a job that has run 1.5x its whole exclusive time (a safety net,
         unless `safety_net` is off)."""
-        return self.safety_net and self.run_time_s > int(int(self.spec.exclusive_runtime_s) * 1.5)
+        return self.safety_net and self.run_time_s > int(int(self._exclusive_s) * 1.5)
 
     def update_flags(self) -> None:
         """Reference mode: ask the reference's rule whether a change is wanted (after a round)."""

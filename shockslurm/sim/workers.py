@@ -15,9 +15,10 @@ Out = TypeVar("Out")
 def map_ordered(run: Callable[[In], Out], inputs: Sequence[In], workers: int = 1,
                 note: Callable[[int], None] | None = None) -> list[Out]:
     """`run` of every input, in `inputs` order; `workers` > 1 runs them in a process pool
-    (`run` and the inputs must pickle). `note(i)` is called for input i: before it runs when
-    sequential, as its result arrives from a pool."""
+    (`run` and the inputs must pickle) of at most one process per input. `note(i)` is called
+    for input i: before it runs when sequential, as its result arrives from a pool."""
     results: list[Out] = []
+    workers = min(workers, len(inputs))
     if workers <= 1:
         for i, item in enumerate(inputs):
             if note is not None:

@@ -82,6 +82,15 @@ def parse_url(url: str) -> URL:
                          "postgresql://USER@HOST/DB")
     if "\0" in url:
         raise StoreError(f"the store URL {_shown(url)!r} contains a NUL byte")
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:   # bytes that are no UTF-8, from the command line (surrogates)
+        shown = _shown(url)
+        try:        # the bytes as given (\xff), where the command line decoded them
+            shown = shown.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise StoreError(f"the store URL '{shown}' is not valid UTF-8") from None
     if "://" not in url:
         return URL.create("sqlite", database=_bare_path(url))
     try:

@@ -50,6 +50,7 @@ from typing import IO, Any, Callable, cast
 
 import torch
 
+from ..atomic import atomic_write
 from ._env import rank
 
 log = logging.getLogger("shockslurm.train")
@@ -233,46 +234,6 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise FileNotFoundError(f"{path}: no good checkpoint (ckpt-*.pt) in this directory")
         return found[1]
     return read_checkpoint(path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover - some filesystems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes | Callable[[IO[bytes]], None], *,
-                 before_replace: Callable[[], None] | None = None) -> None:
-    """Write `data` (bytes, or a function that writes into the open file) to `path` so that a
-    crash leaves either the old file or the whole new one; `before_replace` runs once the new
-    file is on disk, before it takes its name."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if callable(data):
-                data(fh)
-            else:
-                fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if before_replace is not None:
-            before_replace()
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
 
 
 class CheckpointManager:

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import _fsync_dir, atomic_write, file_sha256, sha256sum_line
+from ..atomic import atomic_write, fsync_dir
+from .checkpoint import file_sha256, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
@@ -132,7 +133,7 @@ class ShardedCheckpointManager:
             write_manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             for _, old in self.checkpoints()[:-self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         _barrier()

@@ -13,22 +13,39 @@ size]`, the first at epoch 0, epochs strictly increasing). Optional: `id` (defau
 built-in catalogue's), `throughput` (iterations/s of the whole gang per batch size; default: the
 catalogue's throughput model), `iterations` (at the first batch size; default whole epochs),
 `priority` (default 1). Blank lines and lines starting with `#` are ignored.
+
+Every value is bounded (`shockslurm.limits`: each bound and its reason): `id` 0..2^53-1, `gpus`
+1..65536, `epochs` 1..10^6, batch sizes 1..2^24, `samples_per_epoch` 1..10^12, `arrival_s`
+0..10^9 s, throughputs 10^-6..10^6 iterations/s, `priority` 10^-6..10^6, the epoch duration
+at every batch size of `throughput` 10^-3..10^7 s, the job's exclusive run time at most 366 days;
+`model` is a name as shocksub takes it (1-64 letters, digits, '.', '_', '-'). `iterations`, when
+given, ends the job within its last epoch: `(epochs - 1) x I < iterations <= epochs x I`, I the
+iterations of an epoch at the first batch size (`ceil(samples_per_epoch / batch size)`), as the
+reference's `total_steps` makes its epoch count.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from .. import limits
 from ..errors import InputError
+from ..limits import (MAX_ARRIVAL_S, MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERATIONS,
+                      MAX_ITERATIONS_PER_S, MAX_JOB_ID, MAX_LADDER, MAX_PRIORITY,
+                      MAX_SAMPLES_PER_EPOCH, MIN_ITERATIONS_PER_S, MIN_PRIORITY, shown)
 from ..model import ADAPTATION_MODES, MAX_EPOCHS, JobSpec
 from .catalogue import CATALOGUE
+from .checks import check_epoch_seconds, check_exclusive, epoch_seconds, place, read_text
 
 REQUIRED = ("model", "gpus", "arrival_s", "epochs", "schedule")
 KNOWN = set(REQUIRED) | {"id", "mode", "dataset", "samples_per_epoch", "throughput", "iterations",
                          "priority"}
+BATCH_KEY_RE = re.compile(r"[1-9][0-9]{0,8}")     # a batch size as a throughput key
+MAX_DATASET_CHARS = 128
 # The schedule is expanded to one entry per epoch: bound it so a typo cannot exhaust memory.
 
 
@@ -42,12 +59,13 @@ def _expand_schedule(segments: Any, epochs: int, where: dict) -> list[int]:
         if (not isinstance(seg, list) or len(seg) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in seg)):
             raise InputError(f"segment {k} must be [first_epoch, batch_size] integers, got "
-                             f"{seg!r}", field="schedule", **where)
+                             f"{shown(seg)}", field="schedule", **where)
         first, bs = seg
-        if (k == 0 and first != 0) or first <= previous or first >= epochs or bs <= 0:
-            raise InputError(f"segment {k} {seg!r}: the first segment starts at epoch 0, epochs "
-                             f"increase and stay below {epochs}, batch sizes are positive",
-                             field="schedule", **where)
+        if ((k == 0 and first != 0) or first <= previous or first >= epochs
+                or not 1 <= bs <= MAX_BATCH_SIZE):
+            raise InputError(f"segment {k} {shown(seg)}: the first segment starts at epoch 0, "
+                             f"epochs increase and stay below {epochs}, batch sizes are in "
+                             f"1..{MAX_BATCH_SIZE}", field="schedule", **where)
         previous = first
     for k, (first, bs) in enumerate(segments):
         end = segments[k + 1][0] if k + 1 < len(segments) else epochs
@@ -55,16 +73,23 @@ def _expand_schedule(segments: Any, epochs: int, where: dict) -> list[int]:
     return out
 
 
-def _positive(row: dict, key: str, kind: type, where: dict, default: Any = None) -> Any:
-    value = row.get(key, default)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    try:  # ints beyond a float's range (JSON allows 1e400 written as digits) are no use here
-        ok = ok and math.isfinite(value) and (kind is not int or float(value).is_integer())
-    except OverflowError:
-        ok = False
-    if not ok or value < 0 or (value == 0 and key != "arrival_s"):
-        raise InputError(f"expected a positive {kind.__name__}, got {value!r}", field=key, **where)
-    return kind(value)
+def _throughputs(raw: Any, where: dict) -> dict[int, float]:
+    """The `throughput` object: batch sizes (decimal keys) to iterations/s, each bounded."""
+    if not isinstance(raw, dict) or not 1 <= len(raw) <= MAX_LADDER:
+        raise InputError(f"must map 1..{MAX_LADDER} batch sizes to iterations/s, got "
+                         f"{shown(raw)}", field="throughput", **where)
+    rates: dict[int, float] = {}
+    for key, value in raw.items():
+        if not BATCH_KEY_RE.fullmatch(key) or int(key) > MAX_BATCH_SIZE:
+            raise InputError(f"batch size {place(key)!r}: keys must be batch sizes 1.."
+                             f"{MAX_BATCH_SIZE} in decimal digits", field="throughput", **where)
+        try:
+            rates[int(key)] = limits.number(value, "throughput", MIN_ITERATIONS_PER_S,
+                                            MAX_ITERATIONS_PER_S)
+        except limits.BadValue as exc:
+            raise InputError(f"batch size {key}: {exc.message} (iterations/s of the gang)",
+                             field="throughput", **where) from None
+    return rates
 
 
 def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -> JobSpec:
@@ -73,76 +98,73 @@ def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -
         raise InputError("each line must be a JSON object", **where)
     unknown = sorted(set(row) - KNOWN)
     if unknown:
-        raise InputError(f"unknown keys {unknown} (known: {sorted(KNOWN)})", **where)
+        listed = ", ".join(place(k) for k in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise InputError(f"unknown keys [{listed}] (known: {', '.join(sorted(KNOWN))})", **where)
     for key in REQUIRED:
         if key not in row:
             raise InputError("missing", field=key, **where)
-    model = row["model"]
-    if not isinstance(model, str) or not model:
-        raise InputError(f"expected a model name, got {model!r}", field="model", **where)
+    model = limits.name(row["model"], "model", **where)
     info = CATALOGUE.get(model)
     if info is None and ("samples_per_epoch" not in row or "throughput" not in row):
         raise InputError(f"model {model!r} is not in the catalogue ({', '.join(sorted(CATALOGUE))});"
                          f" give samples_per_epoch and throughput", field="model", **where)
     mode = row.get("mode", "static")
-    if mode not in ADAPTATION_MODES:
-        raise InputError(f"unknown mode {mode!r} (known: {', '.join(ADAPTATION_MODES)})",
+    if not isinstance(mode, str) or mode not in ADAPTATION_MODES:
+        raise InputError(f"unknown mode {shown(mode)} (known: {', '.join(ADAPTATION_MODES)})",
                          field="mode", **where)
-    gpus = _positive(row, "gpus", int, where)
-    epochs = _positive(row, "epochs", int, where)
-    if epochs > MAX_EPOCHS:
-        raise InputError(f"at most {MAX_EPOCHS} epochs, got {epochs}", field="epochs", **where)
+    gpus = limits.integer(row["gpus"], "gpus", 1, MAX_GPUS, **where)
+    epochs = limits.integer(row["epochs"], "epochs", 1, MAX_EPOCHS, **where)
     schedule = _expand_schedule(row["schedule"], epochs, where)
-    samples = _positive(row, "samples_per_epoch", int, where,
-                        info.samples_per_epoch if info else None)
+    samples = limits.integer(row.get("samples_per_epoch", info.samples_per_epoch if info else None),
+                             "samples_per_epoch", 1, MAX_SAMPLES_PER_EPOCH, **where)
     if "throughput" in row:
-        raw = row["throughput"]
-        if not isinstance(raw, dict):
-            raise InputError("must map batch size to iterations/s", field="throughput", **where)
-        try:
-            rates = {int(k): float(v) for k, v in raw.items()}
-        except (TypeError, ValueError, OverflowError):
-            raise InputError(f"must map integer batch sizes to numbers, got {raw!r}",
-                             field="throughput", **where) from None
-        if any(not (v > 0 and math.isfinite(v)) for v in rates.values()):
-            raise InputError("throughputs must be positive numbers", field="throughput", **where)
+        rates = _throughputs(row["throughput"], where)
     else:
         assert info is not None      # refused above: an unknown model must give its throughput
         rates = {b: info.iterations_per_s(b, gpus) for b in sorted(set(schedule) | set(info.ladder))}
     missing = sorted(set(schedule) - set(rates))
     if missing:
         raise InputError(f"no throughput for batch sizes {missing}", field="throughput", **where)
-    try:
-        durations = tuple(samples / b / rates[b] for b in schedule)
-    except OverflowError:
-        durations = (math.inf,)
-    if not all(math.isfinite(d) for d in durations):
-        raise InputError("samples_per_epoch / batch size / throughput overflows an epoch's "
-                         "duration", field="samples_per_epoch", **where)
-    job_id = _id(row, where) if "id" in row else index
+    check_epoch_seconds(samples, rates, field="throughput" if "throughput" in row else "gpus",
+                        origin="" if "throughput" in row else " by the catalogue's model",
+                        **where)
+    durations = tuple(epoch_seconds(samples, b, rates[b]) for b in schedule)
+    check_exclusive(durations, field="epochs", **where)
+    per_epoch = -(-samples // schedule[0])          # iterations of an epoch at the first size
+    if "iterations" in row:
+        iterations = limits.integer(row["iterations"], "iterations", 1, MAX_ITERATIONS, **where)
+        if not (epochs - 1) * per_epoch < iterations <= epochs * per_epoch:
+            raise InputError(f"{iterations} iterations of {per_epoch} per epoch (at batch size "
+                             f"{schedule[0]}) make {-(-iterations // per_epoch)} epochs, not "
+                             f"{epochs}: give {(epochs - 1) * per_epoch + 1}.."
+                             f"{epochs * per_epoch}, or leave iterations out (whole epochs)",
+                             field="iterations", **where)
+    elif epochs * per_epoch > MAX_ITERATIONS:
+        raise InputError(f"{epochs} epochs of {per_epoch} iterations (at batch size "
+                         f"{schedule[0]}) are over {MAX_ITERATIONS} iterations",
+                         field="samples_per_epoch", **where)
+    if "dataset" in row:
+        dataset = row["dataset"]
+        if (not isinstance(dataset, str) or not 1 <= len(dataset) <= MAX_DATASET_CHARS
+                or not dataset.isprintable()):
+            raise InputError(f"expected a name of 1..{MAX_DATASET_CHARS} printable characters, "
+                             f"got {shown(dataset)}", field="dataset", **where)
+    else:
+        dataset = info.dataset if info else "unknown"
+    job_id = limits.integer(row["id"], "id", 0, MAX_JOB_ID, **where) if "id" in row else index
     return JobSpec(
         job_id=job_id, job_type=f"{model} (batch size {schedule[0]})", model=model,
-        dataset=str(row.get("dataset", info.dataset if info else "unknown")),
-        samples_per_epoch=samples, gang_size=gpus,
-        arrival_s=_positive(row, "arrival_s", float, where), mode=mode,
-        batch_sizes=tuple(schedule), epoch_durations=durations, throughput=rates,
-        priority_weight=_positive(row, "priority", float, where, 1.0),
-        total_iterations=_positive(row, "iterations", int, where) if "iterations" in row else None)
-
-
-def _id(row: dict, where: dict) -> int:
-    value = row["id"]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"expected a non-negative integer, got {value!r}", field="id", **where)
-    return value
+        dataset=dataset, samples_per_epoch=samples, gang_size=gpus,
+        arrival_s=limits.number(row["arrival_s"], "arrival_s", 0, MAX_ARRIVAL_S, **where),
+        mode=mode, batch_sizes=tuple(schedule), epoch_durations=durations, throughput=rates,
+        priority_weight=limits.number(row.get("priority", 1.0), "priority", MIN_PRIORITY,
+                                      MAX_PRIORITY, **where),
+        total_iterations=iterations if "iterations" in row else None)
 
 
 def read_jobs(path: str | Path) -> list[JobSpec]:
     source = str(path)
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read workload: {exc}", source=source) from None
+    lines = read_text(path, "workload").splitlines()
     jobs: list[JobSpec] = []
     for number, text in enumerate(lines, start=1):
         if not text.strip() or text.lstrip().startswith("#"):
@@ -153,8 +175,8 @@ def read_jobs(path: str | Path) -> list[JobSpec]:
             raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", source=source,
                              line=number) from None
         except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, deep nesting
-            raise InputError(f"unreadable JSON: {str(exc)[:200]}", source=source,
-                             line=number) from None
+            raise InputError(f"unreadable JSON: {str(exc).split('; use sys.')[0][:200]}",
+                             source=source, line=number) from None
         jobs.append(parse_job(row, index=len(jobs), source=source, line=number))
     if not jobs:
         raise InputError("the workload has no jobs", source=source)
@@ -183,6 +205,15 @@ def job_to_row(job: JobSpec) -> dict[str, Any]:
 
 
 def write_jobs(jobs: Iterable[JobSpec], path: str | Path) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
+    """Write `jobs` to `path`, one JSON line each, atomically: a failure (disk full, a file size
+    limit) is an `atomic.OutputWriteError` naming the path (and its option, `--out`, when it
+    came from the command line) and leaves the file already there untouched."""
+    from typing import IO
+
+    from ..atomic import write_file
+
+    def lines(fh: IO[bytes]) -> None:
         for job in jobs:
-            fh.write(json.dumps(job_to_row(job)) + "\n")
+            fh.write((json.dumps(job_to_row(job)) + "\n").encode("utf-8"))
+
+    write_file(path if isinstance(path, Path) else Path(path), lines)

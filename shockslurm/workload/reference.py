@@ -8,13 +8,14 @@ is derived as the reference does and the batch-size pattern comes from `adaptati
 simulator's `sim.reference_profiles.load_reference_trace` replaces it with what the reference's
 rules make of each job alone, as the reference's own profiles are.
 
-Every problem is reported as an `InputError` naming file, line and field, before anything runs.
+Every problem is reported as an `InputError` naming file, line and field (or the key of a JSON
+file), before anything runs. Every value is bounded (`shockslurm.limits`: each bound and its
+reason): the trace's numbers, each throughput, each profile's batch sizes and durations, and what
+they make of a job (its epoch durations at every batch size, its exclusive run time).
 """
 
 from __future__ import annotations
 
-import ast
-import gzip
 import json
 import math
 import re
@@ -22,16 +23,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import limits
 from ..errors import InputError
-from ..model import ADAPTATION_MODES, MAX_EPOCHS, JobSpec
+from ..limits import (MAX_ARRIVAL_S, MAX_BATCH_SIZE, MAX_EPOCH_SECONDS, MAX_EPOCHS, MAX_GPUS,
+                      MAX_ITERATIONS, MAX_ITERATIONS_PER_S, MAX_PRIORITY, MIN_EPOCH_SECONDS,
+                      MIN_ITERATIONS_PER_S, MIN_PRIORITY, shown)
+from ..model import ADAPTATION_MODES, JobSpec
 from .adaptation import batch_size_schedule
 from .catalogue import CATALOGUE
+from .checks import check_epoch_seconds, check_exclusive, epoch_seconds, place, read_text
 
 FIELDS = ("job_type", "command", "working_directory", "num_steps_arg", "needs_data_dir",
           "total_steps", "scale_factor", "mode", "priority_weight", "SLO", "duration",
           "arrival_time")
 JOB_TYPE_RE = re.compile(r"^(?P<model>[A-Za-z0-9_.-]+(?: [A-Za-z0-9_.-]+)*) \(batch size (?P<bs>\d+)\)$")
 GANG_SIZES = (1, 2, 4, 8, 16, 32, 64)
+# A throughput file's key, as the reference writes it: str(("<job_type>", <gang>)). No two
+# neighbouring parts can match the same character, so a hostile key is matched in linear time.
+THROUGHPUT_KEY_RE = re.compile(
+    r"""\(\s*(?:'(?P<single>[^'\\]*)'|"(?P<double>[^"\\]*)")\s*,\s*(?P<gang>[^()\s]+)\s*\)""")
+GANG_RE = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
@@ -53,18 +64,22 @@ Throughputs = Mapping[tuple[str, int], float]
 
 
 def _number(text: str, kind: type, *, source: str, line: int, field: str, minimum: float,
-            strict: bool = False) -> Any:
+            maximum: float, strict: bool = False) -> Any:
     try:
         value = kind(text)
-    except ValueError:
-        raise InputError(f"expected a {kind.__name__}, got {text!r}", source=source, line=line,
-                         field=field) from None
+    except (ValueError, OverflowError):      # also an int of over 4300 digits
+        raise InputError(f"expected a {kind.__name__}, got {shown(text)}", source=source,
+                         line=line, field=field) from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"expected a finite number, got {text!r}", source=source, line=line,
-                         field=field)
+        raise InputError(f"expected a finite number, got {shown(text)}", source=source,
+                         line=line, field=field)
     if value < minimum or (strict and value == minimum):
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise InputError(f"must be {bound}, got {text!r}", source=source, line=line, field=field)
+        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise InputError(f"must be {bound}, got {shown(text)}", source=source, line=line,
+                         field=field)
+    if value > maximum:
+        raise InputError(f"must be at most {maximum:g}, got {shown(text)}", source=source,
+                         line=line, field=field)
     return value
 
 
@@ -86,7 +101,8 @@ def parse_trace_line(text: str, *, source: str = "<trace>", line: int = 1) -> Tr
         raise InputError(f"unknown mode {mode!r} (known: {', '.join(ADAPTATION_MODES)})",
                          source=source, line=line, field="mode")
     common: dict[str, Any] = {"source": source, "line": line}
-    gang = _number(row["scale_factor"], int, field="scale_factor", minimum=1, **common)
+    gang = _number(row["scale_factor"], int, field="scale_factor", minimum=1,
+                   maximum=max(GANG_SIZES), **common)
     if gang not in GANG_SIZES:
         raise InputError(f"gang size must be one of {GANG_SIZES}, got {gang}", field="scale_factor",
                          **common)
@@ -94,23 +110,22 @@ def parse_trace_line(text: str, *, source: str = "<trace>", line: int = 1) -> Tr
         line=line,
         job_type=row["job_type"],
         model=m["model"],
-        batch_size=_number(m["bs"], int, field="job_type", minimum=0, strict=True, **common),
+        batch_size=_number(m["bs"], int, field="job_type", minimum=0, strict=True,
+                           maximum=MAX_BATCH_SIZE, **common),
         total_steps=_number(row["total_steps"], int, field="total_steps", minimum=0, strict=True,
-                            **common),
+                            maximum=MAX_ITERATIONS, **common),
         gang_size=gang,
         mode=mode,
-        priority_weight=_number(row["priority_weight"], float, field="priority_weight", minimum=0,
-                                strict=True, **common),
-        arrival_s=_number(row["arrival_time"], float, field="arrival_time", minimum=0, **common),
+        priority_weight=_number(row["priority_weight"], float, field="priority_weight",
+                                minimum=MIN_PRIORITY, maximum=MAX_PRIORITY, **common),
+        arrival_s=_number(row["arrival_time"], float, field="arrival_time", minimum=0,
+                          maximum=MAX_ARRIVAL_S, **common),
     )
 
 
 def read_trace(path: str | Path) -> list[TraceLine]:
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read trace: {exc}", source=source) from None
+    text = read_text(path, "trace")
     # Only "\n" ends a line (a "\r" before it is stripped by `parse_trace_line`): splitlines()
     # would also split on \f, \x1c, \x85, \u2028, ... inside a field and shift every line number.
     lines = text.split("\n")
@@ -122,24 +137,52 @@ def read_trace(path: str | Path) -> list[TraceLine]:
 
 
 def read_throughputs(path: str | Path, gpu_type: str = "v100") -> Throughputs:
-    """Isolated throughputs {(job_type, gang): iterations/s} of one GPU type."""
+    """Isolated throughputs {(job_type, gang): iterations/s} of one GPU type. Each key is
+    `('<job_type>', <gang>)` with a whole number of GPUs, each "null" figure 0 (not measured:
+    left out) or within `MIN_ITERATIONS_PER_S` .. `MAX_ITERATIONS_PER_S`."""
     source = str(path)
     data = _load_json(path)
     if not isinstance(data, dict) or gpu_type not in data:
         raise InputError(f"no GPU type '{gpu_type}' in the throughput file", source=source)
+    entries = data[gpu_type]
+    if not isinstance(entries, dict):
+        raise InputError(f"expected an object of \"('<job_type>', <gang>)\" entries, got a "
+                         f"{type(entries).__name__}", source=source, field=gpu_type)
     table: dict[tuple[str, int], float] = {}
-    for key, entry in data[gpu_type].items():
+    keys: dict[tuple[str, int], str] = {}
+    for key, entry in entries.items():
+        where: dict[str, Any] = {"source": source, "field": place(key)}
+        m = THROUGHPUT_KEY_RE.fullmatch(key)
+        if m is None:
+            raise InputError("malformed key: expected \"('<job_type>', <gang>)\"", **where)
+        job_type = m["single"] if m["single"] is not None else m["double"]
+        gang_text = m["gang"]
+        if not GANG_RE.fullmatch(gang_text) or not 1 <= int(gang_text) <= MAX_GPUS:
+            raise InputError(f"the gang size must be a whole number of GPUs in 1..{MAX_GPUS}, "
+                             f"got {shown(gang_text)}", **where)
+        gang = int(gang_text)
+        jt = JOB_TYPE_RE.match(job_type)
+        if jt and not (len(jt["bs"]) <= 9 and 1 <= int(jt["bs"]) <= MAX_BATCH_SIZE):
+            raise InputError(f"the batch size must be in 1..{MAX_BATCH_SIZE}, got "
+                             f"{shown(jt['bs'])}", **where)
+        raw = entry.get("null") if isinstance(entry, dict) else None
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise InputError(f"expected an object with a numeric 'null' throughput, got "
+                             f"{shown(entry)}", **where)
         try:
-            job_type, gang = ast.literal_eval(key)
-            value = float(entry["null"])
-        except (ValueError, SyntaxError, TypeError, KeyError):
-            raise InputError(f"malformed entry {key!r}: expected \"('<job_type>', <gang>)\" with "
-                             f"a numeric 'null' throughput", source=source, field=key) from None
-        if not (value >= 0 and math.isfinite(value)):
-            raise InputError(f"throughput must be a non-negative number, got {entry['null']!r}",
-                             source=source, field=key)
+            value = float(raw)
+        except OverflowError:                     # an integer beyond a float
+            value = math.inf
+        if value != 0 and not MIN_ITERATIONS_PER_S <= value <= MAX_ITERATIONS_PER_S:
+            raise InputError(f"the 'null' throughput must be 0 (not measured) or "
+                             f"{MIN_ITERATIONS_PER_S:g}..{MAX_ITERATIONS_PER_S:g} iterations/s, "
+                             f"got {shown(raw)}", **where)
+        if (job_type, gang) in keys:
+            raise InputError(f"a second entry for ('{place(job_type)}', {gang}) (the first: "
+                             f"{place(keys[job_type, gang])})", **where)
+        keys[job_type, gang] = key
         if value > 0:  # 0 marks a configuration that was not measured (e.g. out of memory)
-            table[(str(job_type), int(gang))] = value
+            table[(job_type, gang)] = value
     return table
 
 
@@ -151,18 +194,21 @@ def read_profiles(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _load_json(path: str | Path) -> Any:
+    """A JSON file (gzip-compressed when named .gz); every failure an `InputError`."""
     source = str(path)
-    opener = gzip.open if source.endswith(".gz") else open
+    text = read_text(path, "JSON file")
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise InputError("file not found", source=source) from None
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise InputError(f"cannot read: {exc}", source=source) from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", source=source,
                          line=exc.lineno) from None
+    except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, deep nesting
+        raise InputError(f"unreadable JSON: {_reason(exc)}", source=source) from None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why the JSON module gave up, in a line (less its advice to raise Python's limit)."""
+    return str(exc).split("; use sys.")[0][:200] or type(exc).__name__
 
 
 def _job_throughputs(tl: TraceLine, table: Throughputs, source: str) -> dict[int, float]:
@@ -198,22 +244,26 @@ def reference_jobs(lines: list[TraceLine], table: Throughputs, source: str,
     for idx, tl in enumerate(lines):
         info = CATALOGUE[tl.model]
         rates = _job_throughputs(tl, table, source)
+        check_epoch_seconds(info.samples_per_epoch, rates, field="job_type", source=source,
+                            line=tl.line, origin=f" at {tl.gang_size} GPUs in the throughput "
+                                                 f"table")
+        iters_per_epoch = math.ceil(info.samples_per_epoch / tl.batch_size)
+        epochs = math.ceil(tl.total_steps / iters_per_epoch)
         if profs is not None:
-            schedule, durations = _profile_schedule(profs[idx], tl, idx, profiles_source)
+            schedule, durations = _profile_schedule(profs[idx], tl, idx, profiles_source, epochs)
             missing = sorted(set(schedule) - set(rates))
             if missing:
                 raise InputError(f"profile uses batch sizes {missing} with no throughput for "
                                  f"('{tl.model}', {tl.gang_size})", source=profiles_source,
                                  field=f"[{idx}].bs_every_epoch")
         else:
-            iters_per_epoch = math.ceil(info.samples_per_epoch / tl.batch_size)
-            epochs = math.ceil(tl.total_steps / iters_per_epoch)
             if epochs > MAX_EPOCHS:
                 raise InputError(f"{tl.total_steps} steps make {epochs} epochs (at most "
                                  f"{MAX_EPOCHS})", source=source, line=tl.line,
                                  field="total_steps")
             schedule = batch_size_schedule(tl.mode, epochs, tl.batch_size, sorted(rates))
-            durations = [info.samples_per_epoch / b / rates[b] for b in schedule]
+            durations = [epoch_seconds(info.samples_per_epoch, b, rates[b]) for b in schedule]
+            check_exclusive(durations, field="total_steps", source=source, line=tl.line)
         jobs.append(JobSpec(
             job_id=idx, job_type=tl.job_type, model=tl.model, dataset=info.dataset,
             samples_per_epoch=info.samples_per_epoch, gang_size=tl.gang_size,
@@ -223,24 +273,37 @@ def reference_jobs(lines: list[TraceLine], table: Throughputs, source: str,
     return jobs
 
 
-def _profile_schedule(entry: Any, tl: TraceLine, idx: int, source: str
+def _profile_schedule(entry: Any, tl: TraceLine, idx: int, source: str, epochs: int
                       ) -> tuple[list[int], list[float]]:
+    """The per-epoch batch sizes and durations of profile `idx` (`entry`), for trace line `tl`,
+    whose `total_steps` make `epochs` epochs (the reference's own count: `num_epochs =
+    ceil(total_steps / ceil(samples_per_epoch / initial batch size))`)."""
     where = f"[{idx}]"
     if not isinstance(entry, dict):
-        raise InputError("expected an object", source=source, field=where)
-    try:
-        bs = [int(b) for b in entry["bs_every_epoch"]]
-        dur = [float(d) for d in entry["duration_every_epoch"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"missing or non-numeric per-epoch data ({exc})", source=source,
-                         field=where) from None
-    if entry.get("model") != tl.model or int(entry.get("scale_factor", -1)) != tl.gang_size:
-        raise InputError(f"profile is for ({entry.get('model')!r}, {entry.get('scale_factor')}) but "
-                         f"trace line {tl.line} is ({tl.model!r}, {tl.gang_size})", source=source,
-                         field=where)
-    if not bs or len(bs) != len(dur):
-        raise InputError("bs_every_epoch and duration_every_epoch must be non-empty and of equal "
-                         "length", source=source, field=where)
-    if any(b <= 0 for b in bs) or any(not (d > 0 and math.isfinite(d)) for d in dur):
-        raise InputError("batch sizes and durations must be positive", source=source, field=where)
+        raise InputError(f"expected an object, got {shown(entry)}", source=source, field=where)
+    model = entry.get("model")
+    gang = limits.integer(entry.get("scale_factor"), f"{where}.scale_factor", 1, MAX_GPUS,
+                          source=source)
+    if model != tl.model or gang != tl.gang_size:
+        raise InputError(f"profile is for ({shown(model)}, {gang}) but trace line {tl.line} is "
+                         f"({tl.model!r}, {tl.gang_size})", source=source, field=where)
+    lists = []
+    for key in ("bs_every_epoch", "duration_every_epoch"):
+        values = entry.get(key)
+        if not isinstance(values, list) or not 1 <= len(values) <= MAX_EPOCHS:
+            raise InputError(f"expected a list of 1..{MAX_EPOCHS} per-epoch values, got "
+                             f"{shown(values)}", source=source, field=f"{where}.{key}")
+        lists.append(values)
+    if len(lists[0]) != len(lists[1]):
+        raise InputError(f"bs_every_epoch has {len(lists[0])} epochs, duration_every_epoch "
+                         f"{len(lists[1])}", source=source, field=where)
+    bs = [limits.integer(b, f"{where}.bs_every_epoch[{e}]", 1, MAX_BATCH_SIZE, source=source)
+          for e, b in enumerate(lists[0])]
+    dur = [limits.number(d, f"{where}.duration_every_epoch[{e}]", MIN_EPOCH_SECONDS,
+                         MAX_EPOCH_SECONDS, source=source) for e, d in enumerate(lists[1])]
+    if len(bs) != epochs:
+        raise InputError(f"{len(bs)} epochs, but trace line {tl.line}'s {tl.total_steps} steps "
+                         f"make {epochs} (ceil(total_steps / ceil(samples_per_epoch / "
+                         f"{tl.batch_size})))", source=source, field=f"{where}.bs_every_epoch")
+    check_exclusive(dur, field=f"{where}.duration_every_epoch", source=source)
     return bs, dur
