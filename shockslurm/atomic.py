@@ -5,10 +5,10 @@ directory where the file should go) leaves what was there untouched.
 created with the mode a new file would get, or the replaced file's own mode), flushes and
 fsyncs it, `os.replace`s it onto the name, then fsyncs the directory; on any failure the
 temporary file is removed and the exception propagates. Two cases are written in place instead,
-because replacing them would be wrong: a name that is a device or a FIFO (`--json /dev/stdout`)
-is opened and written as it is, and a symbolic link is followed (its target is replaced, the
-link stays). Torch-free, solver-free and click-free: the command line and the training helper's
-checkpoints (`train.checkpoint`) both write through it.
+because replacing them would be wrong: a name under /dev/ or /proc/ (`--json /dev/stdout`) or
+that is a device or a FIFO is opened and written as it is, and a symbolic link is followed (its
+target is replaced, the link stays). Torch-free, solver-free and click-free: the command line
+and the training helper's checkpoints (`train.checkpoint`) both write through it.
 
 `write_file(path, data)` is `atomic_write` whose failure is an `OutputWriteError` naming the file
 and the command-line option it came from: a `NamedPath` (what `cli.paths.OutputFile` and
@@ -19,14 +19,20 @@ and the command-line option it came from: a `NamedPath` (what `cli.paths.OutputF
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
+import sys
 from pathlib import Path, PosixPath
 from typing import IO, Callable
 
 from .errors import ShockslurmError
 
 Payload = bytes | Callable[[IO[bytes]], None]   # the bytes, or a function writing them
+# names that stand for a stream (`--json /dev/stdout`), written in place: resolved, /dev/stdout
+# is whatever file the shell redirected to, which must not be replaced behind its back
+IN_PLACE = ("/dev/", "/proc/")
+_FD_NAME = re.compile(r"/dev/std(out|err)|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
 
 
 class OutputWriteError(ShockslurmError):
@@ -79,6 +85,19 @@ def _write_into(fh: IO[bytes], data: Payload) -> None:
     fh.flush()
 
 
+def _descriptor(name: str) -> int | None:
+    """The file descriptor a name such as /dev/stdout or /proc/self/fd/1 stands for, if any:
+    written through it, the output lands where the stream is now (opening the name anew would
+    write from the start of a redirected file, over what the stream wrote)."""
+    m = _FD_NAME.fullmatch(name)
+    if m is None:
+        return None
+    std, dev_fd, proc_fd = m.groups()
+    if std is not None:
+        return 1 if std == "out" else 2
+    return int(dev_fd if dev_fd is not None else proc_fd)
+
+
 def _temporary(target: Path, mode: int | None) -> tuple[int, Path]:
     """A new, empty temporary file beside `target` (open for writing) and its path."""
     while True:
@@ -97,10 +116,23 @@ def _temporary(target: Path, mode: int | None) -> tuple[int, Path]:
 
 
 def atomic_write(path: str | os.PathLike[str], data: Payload, *,
-                 before_replace: Callable[[], None] | None = None) -> None:
+                 before_replace: Callable[[], None] | None = None,
+                 new_mode: int | None = None) -> None:
     """Write `data` to `path` so that a failure or a crash leaves either the old file or the
     whole new one (module docstring); `before_replace` runs once the new file is on disk,
-    before it takes its name. OSError (and whatever `data` raises) propagates."""
+    before it takes its name; `new_mode`: a new file's permissions (else the umask's). OSError
+    (and whatever `data` raises) propagates."""
+    name = os.fspath(path)
+    if (fd := _descriptor(name)) is not None:     # /dev/stdout: this process's own stream
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with os.fdopen(os.dup(fd), "wb") as fh:   # where fd 1 is now, fd 1 left open
+            _write_into(fh, data)
+        return
+    if name.startswith(IN_PLACE):                 # another device or /proc file
+        with open(path, "wb") as fh:
+            _write_into(fh, data)
+        return
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     try:
         st = os.stat(target)
@@ -111,7 +143,7 @@ def atomic_write(path: str | os.PathLike[str], data: Payload, *,
             _write_into(fh, data)
         return
     fd, tmp = _temporary(target, stat.S_IMODE(st.st_mode) if st is not None
-                         and stat.S_ISREG(st.st_mode) else None)
+                         and stat.S_ISREG(st.st_mode) else new_mode)
     try:
         with os.fdopen(fd, "wb") as fh:
             _write_into(fh, data)

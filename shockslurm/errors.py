@@ -31,3 +31,23 @@ class InputError(ShockslurmError, ValueError):
 
 class ConfigError(InputError):
     """A configuration value that cannot be used; `field` names the key."""
+
+
+def is_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8: bytes from a non-UTF-8 command line arrive
+    surrogate-escaped (PEP 383) and fail only when written to a file, a store or a command."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def raw_text(value: str, limit: int = 60) -> str:
+    """`value` as the bytes the user typed where it came from a command line ('\\xff'), else
+    its `ascii` form; at most `limit` characters, so a long argument cannot flood a message."""
+    try:
+        shown = repr(value.encode("utf-8", "surrogateescape"))[2:-1]    # b'\xff' -> \xff
+    except UnicodeEncodeError:      # a lone surrogate no command line produces
+        shown = ascii(value)[1:-1]
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."

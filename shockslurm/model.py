@@ -44,16 +44,14 @@ def pool(gpus: int) -> tuple[Node, ...]:
 
 _SHAPE_GROUP = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 # The largest cluster a shape may describe (the largest documented: 2048 GPUs): a simulation's
-# memory grows with its GPUs.
-MAX_CLUSTER_NODES = 100_000
+# memory grows with its GPUs (and a node has at least one, so its nodes are bounded too).
 MAX_CLUSTER_GPUS = 100_000
 
 
 def parse_cluster_shape(text: str) -> tuple[Node, ...]:
     """Nodes from `NODESxGPUS[,NODESxGPUS...]`, e.g. `4x8` or `2x8,4x4`; nodes are named
     `node01`, `node02`, ... in the order given. Raises ValueError naming the bad group, or when
-    the cluster has more than MAX_CLUSTER_NODES nodes or MAX_CLUSTER_GPUS GPUs (counted before
-    any node is built)."""
+    the cluster has more than MAX_CLUSTER_GPUS GPUs (counted before any node is built)."""
     groups: list[tuple[int, int]] = []
     for group in text.split(","):
         m = _SHAPE_GROUP.match(group)
@@ -65,8 +63,6 @@ def parse_cluster_shape(text: str) -> tuple[Node, ...]:
             raise ValueError(f"bad cluster group {group.strip()!r}: nodes and GPUs per node "
                              "must be positive")
         groups.append((count, gpus))
-    if sum(count for count, _ in groups) > MAX_CLUSTER_NODES:
-        raise ValueError(f"cluster {text!r} has more than {MAX_CLUSTER_NODES:,} nodes")
     if sum(count * gpus for count, gpus in groups) > MAX_CLUSTER_GPUS:
         raise ValueError(f"cluster {text!r} has more than {MAX_CLUSTER_GPUS:,} GPUs")
     nodes: list[Node] = []

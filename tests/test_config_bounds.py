@@ -127,7 +127,7 @@ def test_time_bounds_are_documented_and_accept_their_limits() -> None:
     assert cfg.round_seconds == 0.5 and cfg.stop_timeout_seconds == MAX_WAIT_SECONDS
     assert oc.BY_NAME["daemon.round_seconds"].type_name == "number >= 0.5, <= 86400"
     assert oc.BY_NAME["daemon.standby_retry_seconds"].type_name == "number >= 0.5"
-    assert oc.BY_NAME["daemon.grace_seconds"].type_name == "number >= 0"
+    assert oc.BY_NAME["daemon.grace_seconds"].type_name == "number >= 0, <= 86400"
     assert "| `daemon.round_seconds` | number >= 0.5, <= 86400 |" in oc.markdown_table()
 
 

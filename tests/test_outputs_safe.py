@@ -266,3 +266,16 @@ def test_no_torch_for_the_command_line_writer() -> None:
                          check=True)
     assert out.stdout.strip() == "False"
 
+
+
+def test_dev_stdout_is_written_in_place_not_replaced(tmp_path):
+    """`--json /dev/stdout > out.txt`: resolved, /dev/stdout is out.txt, which must stay the
+    file the shell opened (replacing it would send the rest of stdout to a deleted file)."""
+    out = tmp_path / "out.txt"
+    code = ("from shockslurm.atomic import atomic_write; "
+            "atomic_write('/dev/stdout', b'{}\\n'); print('after', flush=True)")
+    with out.open("wb") as fh:
+        inode = os.fstat(fh.fileno()).st_ino
+        subprocess.run([sys.executable, "-c", code], stdout=fh, check=True, timeout=60)
+    assert out.stat().st_ino == inode
+    assert out.read_text() == "{}\nafter\n"

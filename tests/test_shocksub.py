@@ -599,3 +599,12 @@ def test_a_controller_that_lists_no_nodes_does_not_refuse_the_job(
     assert result.exit_code == 0, result.output
     assert "12345" in result.output and recording_sbatch.exists()
     assert "cannot check the request against the cluster: sinfo listed no nodes" in result.output
+
+
+def test_a_dry_run_previews_a_script_that_is_not_here(tmp_path: Path,
+                                                      recording_sbatch: Path) -> None:
+    """`--dry-run` away from the code (a login node) still prints the job script."""
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--dry-run",
+                                       "--script", "elsewhere/train.py"])
+    assert result.exit_code == 0, result.output
+    assert "elsewhere/train.py" in result.output and not recording_sbatch.exists()

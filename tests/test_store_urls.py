@@ -1,7 +1,7 @@
 """Store URLs that cannot be used are refused with a `StoreError` naming the URL or path (its
 password masked), through the store's functions and the CLI (`Error: ...`, exit 1), never a
 traceback; nothing is left behind (no store file, no `-journal` beside a device, no file named
-':memory:'). And `ops.config.mask` hides every password form a store URL can carry.
+':memory:'). And `masking.mask` hides every password form a store URL can carry.
 
 Nothing here connects anywhere but 127.0.0.1 port 1 (refused at once).
 """
@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from shockslurm.cli import status as status_cli
 from shockslurm.cli.main import cli
-from shockslurm.ops.config import mask
+from shockslurm.masking import mask
 from shockslurm.store import StoreError, StoreUnavailable, make_engine, open_store
 from shockslurm.store.database import parse_url
 
@@ -201,3 +201,10 @@ def test_a_file_that_is_no_database_is_refused_not_waited_for(tmp_path):
         open_store(str(text), create=True, timeout_s=2)
     assert not isinstance(refused.value, StoreUnavailable)
     assert text.read_text() == "not a database\n"
+
+
+@pytest.mark.parametrize("port", ["70000", "0"])
+def test_a_port_out_of_range_is_refused_not_waited_for(port):
+    with pytest.raises(StoreError, match="the port is not in 1..65535") as refused:
+        parse_url(f"postgresql://u:s3cret@127.0.0.1:{port}/x")
+    assert not isinstance(refused.value, StoreUnavailable) and "s3cret" not in str(refused.value)

@@ -21,8 +21,8 @@ from shockslurm.train.reports import Reporter  # noqa: E402
 from .train_job import TRAIN_LOOP, job_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-API = ["CheckpointManager", "CheckpointMismatch", "CorruptCheckpoint", "Lease", "Reporter", "ResumableSampler",
-       "ShardedCheckpointManager",
+API = ["CheckpointManager", "CheckpointMismatch", "CorruptCheckpoint", "Lease", "Reporter",
+       "ResumableSampler", "ShardedCheckpointManager",
        "ShockTrainer", "install_signal_handlers", "load_checkpoint"]
 
 # A job's script: the helper first, then (once the test has signalled it) torch and the loop.

@@ -125,7 +125,8 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path: Path):
     other = torch.nn.Linear(8, 8)
     wrong = ShockTrainer(other, torch.optim.SGD(other.parameters(), lr=0.1), ckpt_dir=tmp_path,
                          reporter=Reporter(None))
-    with pytest.raises(CheckpointMismatch, match="ckpt-000000000001.pt does not fit this run"):
+    with pytest.raises(CheckpointMismatch, match="ckpt-000000000001.pt: the checkpoint.s model "
+                       "state does not fit this run.s model"):
         wrong.resume()
 
 
@@ -228,3 +229,10 @@ def test_the_helpers_benchmarks_refuse_bad_arguments(argv: list[str], said: str)
     res = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
                          timeout=120, env=job_env(), cwd=REPO)
     assert res.returncode == 2 and said in res.stderr and "Traceback" not in res.stderr
+
+
+def test_checkpoints_are_their_owners_alone(tmp_path: Path):
+    st = _trainer(tmp_path, every_steps=1)
+    st.step()
+    for name in ("ckpt-000000000001.pt", "ckpt-000000000001.pt.sha256"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name

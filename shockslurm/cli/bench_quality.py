@@ -11,13 +11,14 @@ from typing import Any, Sequence
 import click
 
 from ..errors import ShockslurmError
+from ..model import MAX_CLUSTER_GPUS
 from ..policies import REGISTRY
 from ..sim.quality import SIZES, cases, parse_sizes, quality_runs, size_label, write_frontier_plots
 from ..sim.quality_summary import REFERENCE, Row, ratio_table, size_summary
 from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
-from .options import (MAX_GPUS, MAX_JOBS, MAX_SEEDS, benchmark_policy_options, json_option,
-                      plot_option, policy_list, policy_option_flag, workers_option)
+from .options import (MAX_JOBS, MAX_SEEDS, benchmark_policy_options, json_option, plot_option,
+                      policy_list, policy_option_flag, workers_option)
 from .paths import write_output
 
 DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
@@ -80,16 +81,16 @@ def _policy_list(value: str) -> list[str]:
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
-    """`--sizes` (`sim.quality.parse_sizes`), each at most MAX_JOBS jobs on MAX_GPUS GPUs (the
-    README's largest: 5000/2048), or a usage error naming the option."""
+    """`--sizes` (`sim.quality.parse_sizes`), each at most MAX_JOBS jobs on MAX_CLUSTER_GPUS
+    GPUs (the README's largest: 5000/2048), or a usage error naming the option."""
     try:
         sizes = parse_sizes(text)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from None
     for jobs, gpus in sizes:
-        if jobs > MAX_JOBS or gpus > MAX_GPUS:
+        if jobs > MAX_JOBS or gpus > MAX_CLUSTER_GPUS:
             raise click.BadParameter(f"size {size_label(jobs, gpus)}: at most {MAX_JOBS:,} jobs "
-                                     f"on {MAX_GPUS:,} GPUs", param_hint="--sizes")
+                                     f"on {MAX_CLUSTER_GPUS:,} GPUs", param_hint="--sizes")
     return sizes
 
 
@@ -111,8 +112,8 @@ def _table(throughputs: Path | None) -> Throughputs:
               help="Workloads per size (seeds 1..N).")
 @click.option("--policies", default=",".join(REGISTRY), show_default=True,
               help="Policies, comma-separated (shockwave is always added).")
-@click.option("--node-gpus", type=click.IntRange(0, MAX_GPUS), default=0, show_default=True,
-              help="Split the GPUs into nodes of this many (0: one pool).")
+@click.option("--node-gpus", type=click.IntRange(0, MAX_CLUSTER_GPUS), default=0,
+              show_default=True, help="Split the GPUs into nodes of this many (0: one pool).")
 @policy_option_flag()
 @workers_option("Simulations at once (a process pool; results are the same, the solve times "
                 "are not comparable with a sequential run's).")

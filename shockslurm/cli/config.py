@@ -28,7 +28,8 @@ def check_cmd(config_path: Path | None) -> None:
     """Validate the configuration (file + environment) and print the effective values, secrets
     masked, each with where it came from. Exits 1 naming the key on the first error."""
     from ..ops.config import config_path as resolve_path
-    from ..ops.config import effective_toml, load_config, mask
+    from ..masking import mask
+    from ..ops.config import effective_toml, load_config
 
     path = resolve_path(config_path, os.environ)
     try:

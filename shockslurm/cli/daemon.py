@@ -13,9 +13,9 @@ configuration, SIGTERM/SIGINT finish the current round and exit 0.
 
 A store that is unavailable at start (locked, unreachable) is waited for: one log line, a retry
 every round; signals in that wait are recorded, not fatal (`daemon/startup.py`): SIGHUP starts
-again with the configuration re-read, SIGTERM/SIGINT exit 0. The daemon then acts only while it holds the store's leader lock
-(`store/leader.py`); a second daemon on the same store stands by and takes over within a round
-of the leader's death.
+again with the configuration re-read, SIGTERM/SIGINT exit 0. The daemon then acts only while
+it holds the store's leader lock (`store/leader.py`); a second daemon on the same store stands
+by and takes over within a round of the leader's death.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _fail_if_down(runner: DaemonRunner) -> None:
 def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
     """Schedule managed Slurm jobs with a policy, one round every round_seconds."""
     from ..ops.config import config_path as resolve_path
-    from ..ops.config import mask
+    from ..masking import mask
 
     from ..daemon.startup import StartupSignals
 
@@ -183,7 +183,7 @@ def _serve_metrics(metrics: DaemonMetrics, cfg: DaemonConfig, path: Path
 
 def _log_start(cfg: DaemonConfig, path: Path, backend: str, serving: bool,
                dry_run: bool) -> None:
-    from ..ops.config import mask
+    from ..masking import mask
 
     logging.getLogger("shockslurm.daemon").info(
         "shockslurm daemon: config=%s policy=%s round=%gs grace=%gs partitions=%s "

@@ -8,6 +8,7 @@ from typing import Any, Callable, TypeVar
 
 import click
 
+from ..limits import MAX_ARRIVAL_S
 from ..model import MAX_CLUSTER_GPUS, Node
 from ..ops.keys import MAX_WAIT_SECONDS, MIN_PERIOD_SECONDS
 from ..policies import REGISTRY
@@ -17,7 +18,6 @@ FC = TypeVar("FC", bound=Callable[..., Any])
 
 # Sizes: each bound is far above every documented run and keeps what it sizes within a
 # machine's memory (a generated job costs about 3.5 KB: 20,000 took 70 MB; 100,000 ~350 MB).
-MAX_GPUS = MAX_CLUSTER_GPUS   # GPUs in a cluster (--gpus, --cluster, bench quality's sizes)
 MAX_JOBS = 100_000      # jobs in a workload or a snapshot (the largest documented: 5000)
 MAX_SEEDS = 10_000      # workloads one benchmark simulates (the largest documented: 60)
 MAX_WORKERS = 64        # processes of a benchmark's pool (documented: 2), each a Python with
@@ -27,7 +27,8 @@ MAX_WORKERS = 64        # processes of a benchmark's pool (documented: 2), each 
 class FiniteFloat(click.FloatRange):
     """A number option: a finite float (nan, inf and 1e400 are refused, which `float` and
     `click.FloatRange` let through), optionally within a range (`click.FloatRange`'s `min`,
-    `max`, `min_open`, `max_open`). Every float option of the commands is one."""
+    `max`, `min_open`, `max_open`). Every float option of `shockslurm`'s commands is one
+    (shocksub's are checked with the rest of its request, `slurm.submit.JobRequest`)."""
 
     name = "finite float"
 
@@ -42,7 +43,7 @@ class FiniteFloat(click.FloatRange):
 # Shared value types (and their bounds, each with its reason).
 SEED = click.IntRange(min=0)        # the generators' numpy seeds are non-negative
 JOBS = click.IntRange(1, MAX_JOBS)
-GPUS = click.IntRange(1, MAX_GPUS)
+GPUS = click.IntRange(1, MAX_CLUSTER_GPUS)
 WORKERS = click.IntRange(1, MAX_WORKERS)
 # A round: as the daemon's `round_seconds` (ops/keys.py): >= 0.5 s, <= one day.
 ROUND_SECONDS = FiniteFloat(MIN_PERIOD_SECONDS, MAX_WAIT_SECONDS)
@@ -52,9 +53,10 @@ RESTART_OVERHEAD = FiniteFloat(0, MAX_WAIT_SECONDS)
 # workload (about 2,100 trace seconds) lasts some 60 hours an arm (--arm-timeout is at most a
 # week); at 0.001 its iterations are down to microseconds.
 TIME_SCALE = FiniteFloat(1e-3, 100)
-# A Poisson arrival rate: documented 40-343; from one job per 100 hours (the arrival times
-# stay finite and the simulation's idle gaps bounded) to about 28 a second.
-JOBS_PER_HOUR = FiniteFloat(0.01, 100_000)
+# A Poisson arrival rate: documented 40-343; at least so many that MAX_JOBS jobs arrive, with a
+# factor 2 for the draws, within the readers' latest arrival (`limits.MAX_ARRIVAL_S`, so that
+# what `trace generate` writes reads back), about 0.72 an hour; at most about 28 a second.
+JOBS_PER_HOUR = FiniteFloat(2 * MAX_JOBS * 3600 / MAX_ARRIVAL_S, 100_000)
 
 
 def _option(flag: str, kind: click.ParamType, default: Any, help: str) -> Callable[[FC], FC]:
@@ -73,7 +75,7 @@ def jobs_option(default: int | None, help: str) -> Callable[[FC], FC]:
 
 
 def gpus_option(default: int | None, help: str) -> Callable[[FC], FC]:
-    """`--gpus N` (`gpus`): 1..MAX_GPUS."""
+    """`--gpus N` (`gpus`): 1..MAX_CLUSTER_GPUS."""
     return _option("--gpus", GPUS, default, help)
 
 

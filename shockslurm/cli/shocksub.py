@@ -123,9 +123,9 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
                    "spec there after a successful submission.")
 @click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True,
               help="Cluster name the spec is registered under (the daemon's [daemon] cluster).")
-@click.option("--script", "script", type=click.Path(exists=True, dir_okay=False),
+@click.option("--script", "script", type=click.Path(dir_okay=False),
               help="Python training script, relative to the submit directory (the job runs "
-                   "there; trailing args are its args).")
+                   "there; trailing args are its args); it must exist unless --dry-run.")
 @click.option("--script-dir", default=DEFAULT_SCRIPT_DIR, show_default=True,
               help="Where the rendered job scripts are kept.")
 @click.option("--dry-run", is_flag=True,
@@ -160,6 +160,9 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
     except InputError as exc:
         raise click.BadParameter(exc.message, param_hint=f"'{_option_of(exc.field)}'") from None
     if not dry_run:
+        if script is not None and not os.path.isfile(script):    # a dry run may preview it
+            raise click.BadParameter(f"File {script!r} does not exist.",
+                                     param_hint="'--script'")
         _check_cluster(req)
     if dry_run:
         placeholder = directory / f"{req.job_name}-XXXXXXXX.sbatch"

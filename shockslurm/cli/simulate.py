@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ShockslurmError
-from ..model import JobSpec, Node
+from ..model import MAX_CLUSTER_GPUS, JobSpec, Node
 from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
                           parse_policy_assignments, read_policy_table)
 from ..policies import PolicySettings, policy_names
@@ -21,8 +21,8 @@ from ..store import open_store
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from .db import DB_HELP, record_simulation
-from .options import (MAX_GPUS, FiniteFloat, cluster_nodes_of, gpus_option, json_option,
-                      plot_option, policy_list, policy_option_flag, restart_overhead_option,
+from .options import (FiniteFloat, cluster_nodes_of, gpus_option, json_option, plot_option,
+                      policy_list, policy_option_flag, restart_overhead_option,
                       round_seconds_option)
 from .paths import write_output
 from .progress_bar import DelayedProgress
@@ -108,7 +108,7 @@ def format_table(results: list[SimResult]) -> str:
 @click.option("--cluster", "cluster_shape", default=None, metavar="NODESxGPUS[,...]",
               help="The cluster as nodes, e.g. 4x8 (4 nodes of 8 GPUs) or 2x8,4x4: plans are "
                    "placed on nodes, so gangs that fit no node wait (instead of --gpus, which is "
-                   f"one pool where any gang fits; at most {MAX_GPUS:,} GPUs in all).")
+                   f"one pool where any gang fits; at most {MAX_CLUSTER_GPUS:,} GPUs in all).")
 @click.option("--policy", "policy", default=",".join(policy_names()), show_default=True,
               help="Policy name, or several separated by commas to compare side by side.")
 @round_seconds_option(PolicySettings.round_s, "Round length.")

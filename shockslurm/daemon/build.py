@@ -28,7 +28,8 @@ from ..engine import Clock, RoundLoop, RoundObserver, WallClock
 from ..live import enact as en
 from ..live.cluster import SlurmCluster
 from ..live.journaling import Journal
-from ..ops.config import DAEMON_KEYS, DaemonConfig, mask
+from ..masking import mask
+from ..ops.config import DAEMON_KEYS, DaemonConfig
 from ..policies import PolicySettings
 from ..ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from ..policies import make_policy

@@ -7,12 +7,13 @@ the runner (`hand_over`), so none is lost between the two sets of handlers."""
 from __future__ import annotations
 
 import signal
-import threading
+import time
 from typing import Any
 
 from ..errors import ShockslurmError
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SLEEP_SLICE_S = 0.25      # how soon a sleeping start-up sees a signal
 
 
 class StartupInterrupted(ShockslurmError):
@@ -29,11 +30,13 @@ class StartupInterrupted(ShockslurmError):
 
 
 class StartupSignals:
-    """Records TERM, INT and HUP during start-up; `sleep` wakes on one."""
+    """Records TERM, INT and HUP during start-up; `sleep` wakes on one. The handler only sets
+    an attribute: it takes no lock (a handler runs between two bytecodes of the main thread,
+    which may hold the very lock an Event's `set` would wait for)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slice_s: float = SLEEP_SLICE_S) -> None:
         self.pending: int | None = None     # the last signal recorded, not yet taken
-        self._wake = threading.Event()
+        self.slice_s = slice_s
 
     def install(self) -> None:
         for signum in HANDLED:
@@ -44,17 +47,17 @@ class StartupSignals:
         if self.pending in (signal.SIGTERM, signal.SIGINT) and signum == signal.SIGHUP:
             return
         self.pending = signum
-        self._wake.set()
 
     def sleep(self, seconds: float) -> None:
-        """Wait `seconds`, or until a signal is recorded."""
-        self._wake.wait(seconds)
+        """Wait `seconds`, or until a signal is recorded (seen within `slice_s`)."""
+        end = time.monotonic() + seconds
+        while self.pending is None and (left := end - time.monotonic()) > 0:
+            time.sleep(min(self.slice_s, left))
 
     def check(self) -> None:
         """Raise `StartupInterrupted` for a recorded signal (taking it)."""
         if self.pending is not None:
             signum, self.pending = self.pending, None
-            self._wake.clear()
             raise StartupInterrupted(signum)
 
     def hand_over(self, stop: Any, reload: Any) -> None:

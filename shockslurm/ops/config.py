@@ -26,7 +26,6 @@ takes. The file must be a regular file of at most 1 MiB (`siteconfig.read_toml`)
 from __future__ import annotations
 
 import os
-import re
 import textwrap
 import tomllib
 from pathlib import Path
@@ -47,23 +46,12 @@ from .keys import DB_ENV as DB_ENV
 from .keys import ENV_PREFIX as ENV_PREFIX
 from .keys import KEYS as KEYS
 from .keys import KINDS as KINDS
+from ..masking import mask as mask
 from .keys import POLICY_ENV_PREFIX as POLICY_ENV_PREFIX
 from .keys import SECTIONS as SECTIONS
 from .keys import SETTINGS_KEYS as SETTINGS_KEYS
 from .keys import DaemonConfig as DaemonConfig
 from .keys import Key as Key
-
-# --------------------------------------------------------------------------- masking
-_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\r\n]*:)[^@\r\n]+@")
-_QUERY_PASSWORD = re.compile(r"(?i)(password=)[^&\s#\"']+")
-
-
-def mask(text: str) -> str:
-    """Hide passwords anywhere in `text`: a URL's (`scheme://user:***@host/db`, the password
-    may hold spaces but not a line break) and a `password=` parameter's (`?password=***`, any
-    case; the value ends at `&`, whitespace, `#` or a quote)."""
-    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
-
 
 # --------------------------------------------------------------------------- parsing
 def _toml_or_text(raw: str) -> Any:

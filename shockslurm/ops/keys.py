@@ -227,7 +227,8 @@ class DaemonConfig:
     grace_seconds: float = setting(
         "nonnegative", GRACE_SECONDS,
         "Longest wait between a stopped job's USR1 and its requeuehold (time to checkpoint); a "
-        "job that exits sooner is requeued at once.", reload=True)
+        "job that exits sooner is requeued at once (at most a day).", reload=True,
+        maximum=MAX_WAIT_SECONDS)
     stop_timeout_seconds: float = setting(
         "positive", STOP_TIMEOUT_S,
         "How long a round waits for requeued jobs to release their GPUs (at most a day).",

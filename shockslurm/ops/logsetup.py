@@ -21,7 +21,7 @@ import sys
 import time
 from typing import IO, Any, Mapping
 
-from .config import mask
+from ..masking import mask
 
 LOGGER = "shockslurm"
 _HANDLER_NAME = "shockslurm-daemon"

@@ -17,6 +17,7 @@ from typing import Mapping
 from ..errors import InputError
 from .submit import LINE_BREAKERS, TEMPLATES, JobRequest, sbatch_directives
 
+# an Ed25519 key (`new_report_secret`), or a legacy hex secret: safe unquoted in bash
 SECRET_RE = re.compile(r"^(ed25519:[A-Za-z0-9_-]{43}|[0-9a-f]{32,128})$")
 DRY_RUN_SECRET = "dry-run-no-secret"       # what --dry-run prints in place of the secret
 

@@ -1,8 +1,9 @@
 """Build a Slurm batch submission (pure, dry-runnable) apart from running it.
 
 In the torchx style, everything that decides *what* is submitted (`JobRequest`, `sbatch_argv`,
-and the job script, `job_script.render_script`) is a pure function of validated input, so `shocksub --dry-run` and the golden
-tests see exactly what a real submission would send. Only `submit` touches the system.
+and the job script, `job_script.render_script`) is a pure function of validated input, so
+`shocksub --dry-run` and the golden tests see exactly what a real submission would send. Only
+`submit` touches the system.
 
 Why the rules below (see /work/shared/slurm/NOTES.md, Slurm 22.05):
 - GPUs are always requested as `--gres=gpu:N` per node: the meta-scheduler resizes pending jobs
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .. import limits
-from ..errors import InputError, ShockslurmError
+from ..errors import InputError, ShockslurmError, is_utf8, raw_text
 from ..model import ADAPTATION_MODES
 from .types import SlurmNode
 
@@ -39,7 +40,6 @@ TEMPLATES = ("single_node", "multi_node")
 MAX_GPUS_PER_NODE = 64
 MAX_SIGNAL_SECONDS = 65535          # Slurm stores the --signal offset in 16 bits
 SBATCH_TIMEOUT_S = 120
-# an Ed25519 key (`new_report_secret`), or a legacy hex secret: safe unquoted in bash
 
 NAME_RE = limits.NAME_RE                                     # job and model names
 SLURM_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}(,[A-Za-z0-9._-]{1,64})*$")  # partition(s), …
@@ -211,24 +211,12 @@ class JobRequest:
 
 
 def require_utf8(field: str, value: str) -> None:
-    """Refuse text that cannot be encoded as UTF-8: bytes from a non-UTF-8 command line arrive
-    surrogate-escaped (PEP 383) and would fail only when written into the job script or the
-    store, after a file was created or the job submitted. Raises `InputError(field=field)`."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InputError(f"not valid UTF-8: {_raw_text(value)} (the job script, the sbatch call "
-                         "and the store take UTF-8 text only)", field=field) from None
-
-
-def _raw_text(value: str) -> str:
-    """`value` as the bytes the user typed where it came from a command line ('\\xff'), else
-    its `ascii` form; bounded, so a long argument cannot flood the error message."""
-    try:
-        shown = repr(value.encode("utf-8", "surrogateescape"))[1:]     # b'\xff' -> '\xff'
-    except UnicodeEncodeError:      # a lone surrogate no command line produces
-        shown = ascii(value)
-    return shown if len(shown) <= 60 else shown[:57] + "..."
+    """Refuse text that cannot be encoded as UTF-8 (`errors.is_utf8`): it would fail only when
+    written into the job script or the store, after a file was created or the job submitted.
+    Raises `InputError(field=field)`."""
+    if not is_utf8(value):
+        raise InputError(f"not valid UTF-8: '{raw_text(value)}' (the job script, the sbatch "
+                         "call and the store take UTF-8 text only)", field=field)
 
 
 def _name(field: str, value: str) -> None:

@@ -40,7 +40,8 @@ from sqlalchemy.exc import (ArgumentError, DBAPIError, DisconnectionError, Inter
                             NoSuchModuleError, OperationalError, SQLAlchemyError)
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from ..errors import ShockslurmError
+from ..errors import ShockslurmError, is_utf8, raw_text
+from ..masking import mask
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DEFAULT_TIMEOUT_S = 30.0
@@ -82,15 +83,8 @@ def parse_url(url: str) -> URL:
                          "postgresql://USER@HOST/DB")
     if "\0" in url:
         raise StoreError(f"the store URL {_shown(url)!r} contains a NUL byte")
-    try:
-        url.encode("utf-8")
-    except UnicodeEncodeError:   # bytes that are no UTF-8, from the command line (surrogates)
-        shown = _shown(url)
-        try:        # the bytes as given (\xff), where the command line decoded them
-            shown = shown.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:
-            shown = shown.encode("utf-8", "backslashreplace").decode("utf-8")
-        raise StoreError(f"the store URL '{shown}' is not valid UTF-8") from None
+    if not is_utf8(url):     # bytes that are no UTF-8, from the command line
+        raise StoreError(f"the store URL '{raw_text(_shown(url), 200)}' is not valid UTF-8")
     if "://" not in url:
         return URL.create("sqlite", database=_bare_path(url))
     try:
@@ -100,6 +94,8 @@ def parse_url(url: str) -> URL:
                          "or postgresql://USER@HOST/DB") from None
     except ValueError:   # the only value make_url converts
         raise StoreError(f"not a database URL: {_shown(url)}: the port is not a number") from None
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise StoreError(f"not a database URL: {_safe(parsed)}: the port is not in 1..65535")
     if parsed.get_backend_name() not in SUPPORTED:
         raise StoreError(f"unsupported store {parsed.get_backend_name()!r} in {_safe(parsed)}; use "
                          "a SQLite path/sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
@@ -126,8 +122,7 @@ def _bare_path(path: str) -> str:
 def _safe(url: URL) -> str:
     """`url` fit for a message: the password of its user information and of a `password` query
     parameter (any case) shown as `***`; no %-escapes (`sqlite:///:memory:`)."""
-    hidden = url.update_query_dict({k: "***" for k in url.query if k.lower() == "password"})
-    return unquote(hidden.render_as_string(hide_password=True))
+    return unquote(mask(url.render_as_string(hide_password=True)))
 
 
 def _shown(url: str) -> str:
@@ -147,7 +142,7 @@ def _shown(url: str) -> str:
         return f"{scheme}://{'***@' if at else ''}{where}{'?***' if question else ''}"
 
 
-def _sqlite_path(url: URL) -> Path | None:
+def sqlite_path(url: URL) -> Path | None:
     """The file of a SQLite store URL; None for a `file:` URI, which SQLite opens itself.
 
     An in-memory store (`sqlite://`, `:memory:`, `mode=memory`) is refused: it vanishes when
@@ -168,7 +163,7 @@ def _check_sqlite_file(url: URL) -> None:
     Permission bits are checked as well as `os.access`, because root passes `os.access` on a
     file whose owner made it read-only on purpose.
     """
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is None:
         return
     mode = _mode(path)
@@ -202,7 +197,7 @@ def _check_exists(url: URL) -> None:
     behind); other backends answer for themselves when connected."""
     if url.get_backend_name() != "sqlite":
         return
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if path is not None and _mode(path) is None:
         raise StoreError(f"no store at {path}; create it with `shockslurm db upgrade --db {path}`")
 

@@ -39,7 +39,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from ..errors import ShockslurmError
-from .database import StoreError, StoreUnavailable, describe, make_engine, parse_url
+from .database import (StoreError, StoreUnavailable, describe, make_engine, parse_url,
+                       sqlite_path)
 
 LOCK_SUFFIX = ".leader"
 APP_NAME_RE = re.compile(r"^shockslurm leader pid=(\d+) since=(\d+) host=(.*)$")
@@ -276,10 +277,10 @@ def leader_lock(url: str, cluster: str, *, timeout_s: float) -> LeaderLock:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "postgresql":
         return AdvisoryLeaderLock(url, cluster, timeout_s=timeout_s)
-    db = parsed.database
-    if not db or db == ":memory:" or db.startswith("file:"):
+    path = sqlite_path(parsed)
+    if path is None:        # a file: URI, which SQLite opens itself
         raise StoreError(f"the store {url!r} has no file to put a leader lock beside")
-    return FileLeaderLock(db + LOCK_SUFFIX)
+    return FileLeaderLock(str(path) + LOCK_SUFFIX)
 
 
 class LeadershipLost(ShockslurmError):

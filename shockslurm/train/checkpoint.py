@@ -58,6 +58,7 @@ log = logging.getLogger("shockslurm.train")
 FORMAT_VERSION = 2
 FORMATS_READ = (1, 2)
 SIDECAR_SUFFIX = ".sha256"
+CHECKPOINT_MODE = 0o600   # a job's weights are its owner's alone, on a shared file system too
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
 _CHUNK = 8 << 20          # bytes read at a time for the checksum
 # format 1: header (magic, payload length, sha256) + pickle, in one file
@@ -141,9 +142,9 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
     def sidecar() -> None:
         line = sha256sum_line(writer.sha256.hexdigest(), path.name)
-        atomic_write(sidecar_path(path), line.encode("ascii"))
+        atomic_write(sidecar_path(path), line.encode("ascii"), new_mode=CHECKPOINT_MODE)
 
-    atomic_write(path, dump, before_replace=sidecar)
+    atomic_write(path, dump, before_replace=sidecar, new_mode=CHECKPOINT_MODE)
 
 
 def _expected_digest(path: Path) -> str:
@@ -336,4 +337,3 @@ class CheckpointManager:
                     os.unlink(entry.path)
                 except OSError:
                     pass
-

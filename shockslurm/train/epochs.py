@@ -28,7 +28,7 @@ def batch_size_for(schedule: Schedule, epoch: int) -> int:
     size: Any
     if callable(schedule):
         size = schedule(epoch)
-    elif _whole_number(schedule):
+    elif whole_number(schedule):
         size = schedule
     elif isinstance(schedule, Mapping):
         starts = sorted(k for k in schedule if k <= epoch)
@@ -43,12 +43,12 @@ def batch_size_for(schedule: Schedule, epoch: int) -> int:
     else:
         raise ValueError(f"batch-size schedule must be a whole number, a list, a dict "
                          f"{{first epoch: size}} or a function of the epoch, got {schedule!r}")
-    if not _whole_number(size) or size < 1:
+    if not whole_number(size) or size < 1:
         raise ValueError(f"batch size for epoch {epoch} must be a positive int, got {size!r}")
     return int(size)
 
 
-def _whole_number(value: Any) -> bool:
+def whole_number(value: Any) -> bool:
     """An int or numpy integer, not a bool (True is no batch size)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     ap.add_argument("--batch-size", type=positive_int, default=32)
     ap.add_argument("--repeats", type=positive_int, default=3)
-    ap.add_argument("--tmp-dir", type=writable_dir, help="where the checkpoints go (default: the system's temp)")
+    ap.add_argument("--tmp-dir", type=writable_dir,
+                    help="where the checkpoints go (default: the system's temp)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ckpt-dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -11,7 +11,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .checkpoint import FORMAT_VERSION, FORMATS_READ, CorruptCheckpoint
+from .checkpoint import FORMAT_VERSION, FORMATS_READ, CheckpointMismatch, CorruptCheckpoint
 
 log = logging.getLogger("shockslurm.train")
 
@@ -113,6 +113,19 @@ def check_format(state: dict[str, Any], name: str) -> None:
                                 f"{', '.join(missing)})")
 
 
+def _load_into(obj: Any, saved: Any, what: str) -> None:
+    """`obj.load_state_dict(saved)`; a state that does not fit `obj` (other keys, shapes or
+    parameter groups: another model's) is a `CheckpointMismatch` saying which part. Running
+    out of memory, or any other error, is not a mismatch and propagates as it is."""
+    try:
+        obj.load_state_dict(saved)
+    except torch.OutOfMemoryError:
+        raise
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointMismatch(f"the checkpoint's {what} state does not fit this run's "
+                                 f"{what}: {str(exc).strip()[:500]}") from exc
+
+
 def restore(state: dict[str, Any], model: torch.nn.Module,
             optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
             scaler: Any = None, rng: bool = True, rng_rank: int = 0,
@@ -124,13 +137,10 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     the run continues, but not bit-identically)."""
     check_format(state, "checkpoint")
     inner = unwrap(model)
-    inner.load_state_dict(_model_state(state, inner))
-    if optimizer is not None and state.get("optimizer") is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    if scaler is not None and state.get("scaler") is not None:
-        scaler.load_state_dict(state["scaler"])
+    _load_into(inner, _model_state(state, inner), "model")
+    for what, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
+        if obj is not None and state.get(what) is not None:
+            _load_into(obj, state[what], what)
     if rng:
         ranks = state.get("rng_ranks")
         if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):

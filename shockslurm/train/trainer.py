@@ -75,7 +75,7 @@ import torch
 from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
 from .saves import SaveRecord
-from .epochs import EpochLoops, Schedule, batch_size_for, fetch
+from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 from .state import capture, check_format, restore
@@ -225,11 +225,8 @@ class ShockTrainer(EpochLoops):
         try:
             restore(state, self.model, self.optimizer, scheduler=self.scheduler,
                     scaler=self.scaler, rng_rank=_env.rank(), world_size=_env.world_size())
-        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise CheckpointMismatch(
-                f"{path} does not fit this run's model, optimizer or scheduler ({exc}); point "
-                "ckpt_dir at this run's own checkpoints, or move that directory away to start "
-                "afresh") from exc
+        except CheckpointMismatch as exc:
+            raise CheckpointMismatch(f"{path}: {exc}; is ckpt_dir this run's own?") from exc
         data = state["data"]
         self.global_step = int(state["step"])
         self.epoch = int(data["epoch"])
@@ -308,8 +305,7 @@ def _whole(name: str, value: Any, *, optional: bool = False, least: int | None =
     naming the argument."""
     if value is None and optional:
         return None
-    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-            or (least is not None and value < least)):
+    if not whole_number(value) or (least is not None and value < least):
         bound = "" if least is None else f" >= {least}"
         raise ValueError(f"ShockTrainer: {name} must be a whole number{bound}"
                          f"{' or None' if optional else ''}, got {value!r}")
