@@ -20,7 +20,7 @@ POLL_S = 2.0
 
 
 class FakeWake:
-    """The runner's `threading.Event` on a fake clock: a wait passes its whole timeout at once
+    """The runner's `Wakeup` on a fake clock: a wait passes its whole timeout at once
     (nothing sets it) and calls `at(t)` with the new time, where the test makes things happen."""
 
     def __init__(self, clock: list[float], at=lambda t: None) -> None:
@@ -318,3 +318,29 @@ def test_a_departure_whose_gpus_fit_no_waiting_job_of_ours_is_no_event(engine):
     runner, t, polls = _runner(engine, b, lambda now: now >= cs.NOW + 5.0 and _finish(b, 9))
     runner.run(max_rounds=2)
     assert t[0] == cs.NOW + ROUND_S and runner.early_rounds == 0
+
+
+def test_the_runners_handlers_ring_a_lock_free_wakeup(engine):
+    """SIGTERM and SIGHUP handlers set their flag and ring the runner's `Wakeup` (no
+    `threading.Event`: its `set` in a handler can wait forever for a lock the interrupted main
+    thread holds); a wait between rounds ends at once."""
+    import signal
+    import time
+
+    from shockslurm.daemon.wakeup import Wakeup
+
+    runner = DaemonRunner(daemon(engine, Backend([]), round_seconds=ROUND_S))
+    assert isinstance(runner._wake, Wakeup)
+    old = signal.getsignal(signal.SIGALRM)
+    try:
+        for handler, flag in ((runner.request_reload, "reload_requested"),
+                              (runner.request_stop, "stop_requested")):
+            runner._wake.clear()
+            signal.signal(signal.SIGALRM, handler)
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            start = time.monotonic()
+            assert runner._wake.wait(ROUND_S)
+            assert time.monotonic() - start < 5.0 and getattr(runner, flag)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -68,6 +67,7 @@ from ..store.leader import LeaderLock, LeadershipLost
 from .build import Daemon, build_daemon, churn_limits, open_store_waiting
 from .journal import RC_UNKNOWN, StoreJournal
 from .round_log import RoundLogger
+from .wakeup import Wakeup
 
 log = logging.getLogger("shockslurm.daemon")
 
@@ -119,7 +119,7 @@ class DaemonRunner:
         self.on_log_format = on_log_format
         self.stop_requested = False
         self.reload_requested = False
-        self._wake = threading.Event()
+        self._wake = Wakeup()             # rung by the handlers: no lock taken there
         self.reconciled = False
         self.slurm_down_since: float | None = None    # monotonic, during a Slurm outage
         self.store_down_since: float | None = None    # monotonic, while the store is down
@@ -137,7 +137,8 @@ class DaemonRunner:
         """The configuration in effect: the one `build_daemon` applied, or a reload since."""
         return self.daemon.cfg
 
-    # signal handlers: set flags only (the round in progress is never interrupted)
+    # signal handlers: set flags and ring `_wake` only (the round in progress is never
+    # interrupted; safe from another thread too)
     def request_stop(self, signum: int | None = None, _frame: Any = None) -> None:
         self.stop_requested = True
         self._wake.set()

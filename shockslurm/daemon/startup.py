@@ -7,13 +7,12 @@ the runner (`hand_over`), so none is lost between the two sets of handlers."""
 from __future__ import annotations
 
 import signal
-import time
 from typing import Any
 
 from ..errors import ShockslurmError
+from .wakeup import Wakeup
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-SLEEP_SLICE_S = 0.25      # how soon a sleeping start-up sees a signal
 
 
 class StartupInterrupted(ShockslurmError):
@@ -31,12 +30,11 @@ class StartupInterrupted(ShockslurmError):
 
 class StartupSignals:
     """Records TERM, INT and HUP during start-up; `sleep` wakes on one. The handler only sets
-    an attribute: it takes no lock (a handler runs between two bytecodes of the main thread,
-    which may hold the very lock an Event's `set` would wait for)."""
+    an attribute and rings a `Wakeup`: it takes no lock."""
 
-    def __init__(self, slice_s: float = SLEEP_SLICE_S) -> None:
+    def __init__(self) -> None:
         self.pending: int | None = None     # the last signal recorded, not yet taken
-        self.slice_s = slice_s
+        self._wake = Wakeup()
 
     def install(self) -> None:
         for signum in HANDLED:
@@ -47,12 +45,13 @@ class StartupSignals:
         if self.pending in (signal.SIGTERM, signal.SIGINT) and signum == signal.SIGHUP:
             return
         self.pending = signum
+        self._wake.set()
 
     def sleep(self, seconds: float) -> None:
-        """Wait `seconds`, or until a signal is recorded (seen within `slice_s`)."""
-        end = time.monotonic() + seconds
-        while self.pending is None and (left := end - time.monotonic()) > 0:
-            time.sleep(min(self.slice_s, left))
+        """Wait `seconds`, or until a signal is recorded."""
+        self._wake.clear()
+        if self.pending is None:
+            self._wake.wait(seconds)
 
     def check(self) -> None:
         """Raise `StartupInterrupted` for a recorded signal (taking it)."""
