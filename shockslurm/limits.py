@@ -56,6 +56,7 @@ value's type: a bool is not a number, a float is an integer only when it is inte
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 from .errors import InputError
@@ -122,19 +123,33 @@ def integer(value: object, field: str, low: int, high: int, *, source: str | Non
     return value
 
 
+def is_real(value: object) -> bool:
+    """An int or a float (any real number type, numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def finite(value: object) -> float | None:
+    """`value` as a float when it is a finite real number (`is_real`), else None: nan, inf and
+    an int beyond the float range (where `float` raises OverflowError and `math.isfinite` too)
+    are None. Every check of a finite number in the package starts here."""
+    if not is_real(value):
+        return None
+    try:
+        as_float = float(value)             # type: ignore[arg-type]
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return as_float if math.isfinite(as_float) else None
+
+
 def number(value: object, field: str, low: float, high: float, *, source: str | None = None,
            line: int | None = None) -> float:
     """`value` as a finite float in [low, high] (an int or a float, not a bool). `source` and
     `line` name the place in a file, for the error."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise BadValue(f"must be a number, got {shown(value)}",
                        field=field, source=source, line=line)
-    try:
-        as_float = float(value)
-    except OverflowError:                   # an int beyond the float range
-        raise BadValue(f"must be a number in {low:g}..{high:g}, got {shown(value)}",
-                       field=field, source=source, line=line) from None
-    if not math.isfinite(as_float):
+    as_float = finite(value)
+    if as_float is None:
         raise BadValue(f"must be a finite number, got {shown(value)}",
                        field=field, source=source, line=line)
     if not low <= as_float <= high:

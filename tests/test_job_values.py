@@ -356,3 +356,23 @@ def test_hostile_specs_leave_other_jobs_scheduled_and_are_flagged_once(tmp_path,
     bad = runner.daemon.cluster.bad_specs
     assert sorted(k[0] for k in bad) == sorted(hostile_ids - {13})
     engine.dispose()
+
+
+@pytest.mark.parametrize("value, expected", [
+    (3, 3.0), (2.5, 2.5), (-1e308, -1e308), (10 ** 308, 1e308),
+    (math.nan, None), (math.inf, None), (-math.inf, None), (10 ** 400, None),
+    (True, None), ("1", None), (None, None), ([1], None),
+])
+def test_one_finite_number_rule(value, expected):
+    """`limits.finite`: the rule every finite-number check of the package takes (the config's
+    keys, the store's runs, the Shockwave options, the trainer's seconds, the readers)."""
+    assert limits.finite(value) == expected
+    if expected is None and limits.is_real(value):
+        with pytest.raises(limits.BadValue, match="finite"):
+            limits.number(value, "x", -math.inf, math.inf)
+
+
+def test_numpy_numbers_are_numbers():
+    import numpy as np
+    assert limits.finite(np.float32(1.5)) == 1.5 and limits.finite(np.int64(7)) == 7.0
+    assert limits.finite(np.float64("nan")) is None

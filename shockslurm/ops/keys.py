@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, TypeVar
 
 from ..errors import ConfigError
+from ..limits import finite, is_real
 from ..churn_rules import ChurnLimits
 from ..live.acting import GRACE_SECONDS, PARTITIONS, STOP_TIMEOUT_S
 from ..policies import REGISTRY, PolicySettings
@@ -65,13 +66,10 @@ def _range(key: Key) -> str:
 
 def _number(value: Any, key: Key) -> float:
     """A finite number in the key's range (`_range`)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise _Bad("must be a number")
-    try:
-        number = float(value)
-    except OverflowError:                  # an int beyond the float range
-        number = math.inf
-    if not (math.isfinite(number) and key.minimum <= number <= key.maximum
+    number = finite(value)
+    if not (number is not None and key.minimum <= number <= key.maximum
             and (number > 0 or key.kind != "positive")):
         raise _Bad(f"must be a finite number {_range(key)}")
     return number

@@ -25,6 +25,7 @@ from sqlalchemy import Text, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ..errors import ShockslurmError
+from ..limits import finite, is_real
 from ..model import JobSpec
 from ..policies import PolicySettings
 from ..sim.run import SimResult
@@ -147,13 +148,10 @@ def _short(value: object) -> str:
 
 def _number(value: object, where: str) -> float:
     """A finite number read from the store, else `_Bad` naming `where`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise _Bad(f"{where} is {_short(value)}, not a number")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+    number = finite(value)
+    if number is None:
         raise _Bad(f"{where} is {_short(value)}, not a finite number")
     return number
 

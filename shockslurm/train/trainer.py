@@ -62,8 +62,6 @@ a dict {first epoch: size}, or a callable epoch -> size); each change is reporte
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import os
 import pickle
 import time
@@ -72,6 +70,7 @@ from typing import Any
 
 import torch
 
+from ..limits import finite
 from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
 from .saves import SaveRecord
@@ -317,11 +316,11 @@ def _seconds(name: str, value: Any, *, optional: bool = False) -> Any:
     ValueError naming the argument."""
     if value is None and optional:
         return None
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value < 0):
+    seconds = finite(value)
+    if seconds is None or seconds < 0:
         raise ValueError(f"ShockTrainer: {name} must be a finite number of seconds >= 0"
                          f"{' or None' if optional else ''}, got {value!r}")
-    return float(value)
+    return seconds
 
 
 def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ...limits import finite
+
 # Upper bounds of the options that size a re-solve's memory or time (each documented on its
 # option). Measured on the 2-core development machine, one re-solve of `bench solver`'s
 # 5000-job / 2048-GPU snapshot: 20 rounds 4.9 s and 22 MB at the peak, 200 rounds 12.9 s and
@@ -166,16 +168,6 @@ class ShockwaveConfig:
             raise ValueError("mip_max_jobs must be >= 0")
 
 
-def _is_finite(value: Any) -> bool:
-    """A finite number (an int beyond the float range is not: `math.isfinite` raises on it)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _typed(name: str, value: Any, default: Any) -> Any:
     """`value` as the type of the field's default (an int is a float, a list of numbers a
     tuple); a ValueError naming the field otherwise. Numbers must be finite."""
@@ -188,7 +180,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return value
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if isinstance(default, float):
-        if _is_finite(value):
+        if finite(value) is not None:
             return float(value)
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if isinstance(default, str):
@@ -196,7 +188,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return value
         raise ValueError(f"{name} must be a string, got {value!r}")
     if isinstance(default, tuple):
-        if isinstance(value, (list, tuple)) and all(_is_finite(v) for v in value):
+        if isinstance(value, (list, tuple)) and all(finite(v) is not None for v in value):
             return tuple(float(v) for v in value)
         raise ValueError(f"{name} must be a list of finite numbers, got {value!r}")
     raise AssertionError(name)  # pragma: no cover - a field of another type
