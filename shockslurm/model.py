@@ -109,6 +109,10 @@ class RunLength(Sequence[Any]):
     def repeat(cls, value: Any, count: int) -> "RunLength":
         return cls(((value, count),))
 
+    def extended(self, value: Any, count: int) -> "RunLength":
+        """This sequence with `count` more `value`s at its end: O(runs), not O(length)."""
+        return RunLength(self.runs + ((value, count),))
+
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 

@@ -48,6 +48,19 @@ def test_makespan_bound_takes_given_run_times_in_place_of_the_exclusive_ones() -
     assert makespan_bound(early + late, gpus=4, runtimes=runtimes) == pytest.approx(400.0)
 
 
+@pytest.mark.parametrize("scale", [0.004, 1.0, 250.0])
+def test_the_fluid_bound_is_exact_at_any_time_scale(scale: float) -> None:
+    # the two whole-cluster gangs of 100 s, arriving at 0.3 s and 0.7 s, and the same scaled:
+    # the second one ends at 200.3 s at the earliest, so the bound is (200.3 - 0.7) / 100
+    # whatever the seconds' size (time is cut at arrivals and deadlines, not in 1 s slots,
+    # which loosened it and grew with the time scale)
+    from shockslurm.livebench.workload import scale as scaled
+    jobs = scaled([make_spec(0, gang=2, epochs=1, bs=10, samples=1000, arrival=0.3),
+                   make_spec(1, gang=2, epochs=1, bs=10, samples=1000, arrival=0.7)], scale)
+    assert worst_rho_bound(jobs, gpus=2) == pytest.approx(1.996, abs=0.004)
+    assert not fluid_feasible(jobs, 2, 1.98) and fluid_feasible(jobs, 2, 2.0)
+
+
 def test_jobs_that_fit_together_bound_at_one() -> None:
     jobs = [make_spec(k, gang=1, epochs=1, bs=10, samples=500, arrival=7.0 * k) for k in range(3)]
     assert worst_rho_bound(jobs, gpus=4) == pytest.approx(1.0, abs=0.005)
@@ -56,7 +69,7 @@ def test_jobs_that_fit_together_bound_at_one() -> None:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_no_policy_beats_the_bounds(seed: int) -> None:
     jobs = generate(GeneratorConfig(jobs=14, seed=seed, jobs_per_hour=12.0, max_exclusive_hours=0.5))
-    bound = worst_rho_bound(jobs, gpus=8, slot_s=20.0)
+    bound = worst_rho_bound(jobs, gpus=8)
     floor = avg_jct_bound(jobs)
     for policy in ("fifo", "max_min_fairness", "shockwave"):
         metrics = simulate(jobs, policy, SimConfig(gpus=8, settings=PolicySettings(round_s=60.0))).metrics

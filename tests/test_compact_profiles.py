@@ -166,3 +166,30 @@ def test_a_job_at_the_epoch_cap_costs_what_a_small_one_costs(caplog):
     assert n_beyond == 0 and list(c.bad_specs.values()) == [
         "bad spec: comment, field 'epochs': must be an integer in 1..1000000, got 1000000000"]
     assert beyond < 4 * 1024 * 1024
+
+
+def test_run_length_extended_merges_and_leaves_the_original():
+    base = RunLength([(32, 3)])
+    longer = base.extended(32, 2).extended(64, 1).extended(64, 0)
+    assert longer.runs == ((32, 5), (64, 1)) and base == (32, 32, 32)
+    assert list(longer) == [32] * 5 + [64]
+
+
+def test_a_simulated_jobs_history_is_its_batch_size_changes_long():
+    """SimJob keeps the batch size of every completed epoch run-length: a job of many epochs
+    at two batch sizes holds two runs (a tuple grew by concatenation, quadratic in epochs)."""
+    from shockslurm.sim.jobs import SimJob
+
+    from .conftest import make_spec
+    epochs = 20_000
+    spec = make_spec(schedule=[32] * (epochs // 2) + [64] * (epochs // 2), samples=64,
+                     throughput={32: 100.0, 64: 100.0})
+    job = SimJob(spec)
+    clock = 0.0
+    while not job.done:
+        run = job.plan_run(60.0)
+        clock += 60.0
+        job.record_run(run, run.seconds, clock)
+        job.update_flags()
+    assert isinstance(job.observed_batch_sizes, RunLength)
+    assert job.observed_batch_sizes.runs == ((32, epochs // 2), (64, epochs // 2))

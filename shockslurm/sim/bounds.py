@@ -8,24 +8,25 @@ JCT target (is it reachable at all?).
   `a` plus that work spread over every GPU. The larger of the two, over every arrival `a`,
   counted from the first arrival (as `sim/metrics.py` counts the makespan).
 - `worst_rho_bound`: the smallest worst rho (`sim/metrics.py`'s static form) of the *fluid*
-  relaxation: time in slots of `slot_s`, a job may run any fraction of its gang in a slot (never
-  faster than alone), GPUs in a slot never exceed the cluster's. Gangs, nodes, rounds and
-  switch costs only make a real schedule worse, so no scheduler's worst rho is below it (each
-  job's window takes in every slot it touches, so slots only loosen the bound). Found
-  by bisection on rho; each step is one linear feasibility program (HiGHS through SciPy):
-  job j must receive its exclusive run time of service between its arrival and
-  `arrival + rho * contention * exclusive`.
+  relaxation: a job may run any fraction of its gang at any time (never faster than alone), the
+  GPUs in use never exceed the cluster's. Gangs, nodes, rounds and switch costs only make a real
+  schedule worse, so no scheduler's worst rho is below it. Found by bisection on rho; each step
+  is one linear feasibility program (HiGHS through SciPy): job j must receive its exclusive run
+  time of service between its arrival and its deadline `arrival + rho * contention *
+  exclusive`. Time is cut at every arrival and deadline: between two cuts the same jobs may
+  run, so a fluid schedule exists exactly when each interval's service fits its GPUs (no job
+  more than the interval's length, all of them at most GPUs x length). The program has at most
+  jobs x 2 jobs variables, whatever the workload's time scale.
 All three hold where a job's exclusive run time is the least it can run: the `profile`
 adaptation mode (the default; `bench live` uses it). In the `reference` mode the reference's own
 batch-size rules, not the profile, decide a job's pace (a switch rounds the epoch in progress up),
 so a job can finish sooner than its exclusive time; `makespan_bound` then takes each job's run
 time alone under those rules instead.
-They are cheap for live-benchmark sizes (tens of jobs); the LP grows with jobs x slots.
+They are cheap for live-benchmark sizes (tens of jobs): the program grows with jobs squared.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -66,44 +67,46 @@ def _contention(jobs: Sequence[JobSpec], gpus: int) -> float:
     return max(1.0, len(jobs) / gpus)
 
 
-def fluid_feasible(jobs: Sequence[JobSpec], gpus: int, rho: float, slot_s: float = 1.0) -> bool:
+def fluid_feasible(jobs: Sequence[JobSpec], gpus: int, rho: float) -> bool:
     """Whether a fluid schedule finishes every job within `rho` (static form) of its exclusive
     run time on `gpus` GPUs."""
     factor = rho * _contention(jobs, gpus)
-    slot_of: list[int] = []        # per variable: its slot, its job and the job's gang
-    owner: list[int] = []
-    gang: list[int] = []
-    for k, job in enumerate(jobs):
-        # every slot the job's window touches (a relaxation: the bound stays a bound)
-        first = math.floor(job.arrival_s / slot_s + 1e-9)
-        last = math.ceil((job.arrival_s + factor * job.exclusive_runtime_s) / slot_s - 1e-9)
-        if factor < 1.0 - 1e-9 or (last - first) * slot_s < job.exclusive_runtime_s - 1e-9:
-            return False           # faster than alone: impossible
-        slot_of.extend(range(first, last))
-        owner.extend([k] * (last - first))
-        gang.extend([job.gang_size] * (last - first))
-    var = len(slot_of)
-    slots = max(slot_of) + 1
-    cap = coo_matrix((gang, (slot_of, range(var))), shape=(slots, var)).tocsr()
-    need = coo_matrix((np.ones(var), (owner, range(var))), shape=(len(jobs), var)).tocsr()
-    demand = np.array([j.exclusive_runtime_s / slot_s for j in jobs])
-    result = linprog(np.zeros(var), A_ub=cap, b_ub=np.full(slots, float(gpus)), A_eq=need,
-                     b_eq=demand, bounds=(0.0, 1.0), method="highs")
+    if factor < 1.0 - 1e-9:
+        return False               # faster than alone: impossible
+    arrivals = np.array([j.arrival_s for j in jobs], dtype=float)
+    exclusive = np.array([j.exclusive_runtime_s for j in jobs], dtype=float)
+    deadlines = arrivals + max(factor, 1.0) * exclusive
+    cuts = np.unique(np.concatenate([arrivals, deadlines]))
+    length = np.diff(cuts)
+    first = np.searchsorted(cuts, arrivals)           # exact: the cuts hold these very values
+    last = np.searchsorted(cuts, deadlines)
+    interval = np.concatenate([np.arange(f, e) for f, e in zip(first, last)])
+    owner = np.repeat(np.arange(len(jobs)), last - first)
+    gang = np.array([j.gang_size for j in jobs], dtype=float)[owner]
+    var = np.arange(len(interval))
+    cap = coo_matrix((gang, (interval, var)), shape=(len(length), len(var))).tocsr()
+    need = coo_matrix((np.ones(len(var)), (owner, var)), shape=(len(jobs), len(var))).tocsr()
+    # service in seconds of the whole gang: at most the interval's length (never faster than
+    # alone), the GPUs' seconds in the interval shared by all
+    result = linprog(np.zeros(len(var)), A_ub=cap, b_ub=float(gpus) * length, A_eq=need,
+                     b_eq=exclusive, bounds=np.column_stack([np.zeros(len(var)),
+                                                             length[interval]]),
+                     method="highs")
     return bool(result.status == 0)
 
 
-def worst_rho_bound(jobs: Sequence[JobSpec], gpus: int, slot_s: float = 1.0) -> float:
+def worst_rho_bound(jobs: Sequence[JobSpec], gpus: int) -> float:
     """The fluid lower bound on the worst rho any schedule reaches (to `RHO_TOLERANCE`)."""
     if not jobs:
         raise ValueError("no jobs")
     if any(j.gang_size > gpus for j in jobs):
         raise ValueError(f"a job asks more than the cluster's {gpus} GPUs")
     low, high = 0.0, 1.0
-    while not fluid_feasible(jobs, gpus, high, slot_s):
+    while not fluid_feasible(jobs, gpus, high):
         low, high = high, high * 2
     while high - low > RHO_TOLERANCE:
         mid = (low + high) / 2
-        if fluid_feasible(jobs, gpus, mid, slot_s):
+        if fluid_feasible(jobs, gpus, mid):
             high = mid
         else:
             low = mid

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Mapping
 
-from ..model import JobSpec, runs_of
+from ..model import JobSpec, RunLength, runs_of
 from . import reference_rules
 
 ADAPTATION_MODES = ("profile", "reference")
@@ -66,7 +66,7 @@ class SimJob:
     completion_s: float | None = None
     pending_bs: int | None = None     # reference mode: flagged change, applied after next run
     safety_net: bool = True           # the reference's end at 1.5x the exclusive time
-    observed_batch_sizes: tuple[int, ...] = ()
+    observed_batch_sizes: RunLength = RunLength()     # run-length: O(changes) per epoch
     batch_size_changes: list[tuple[float, int, int]] = field(default_factory=list)
     # Derived once from the (frozen) spec, so that a round costs the same at epoch 10 as at
     # epoch 10**6: the profile's exclusive run time (a sum over every epoch) and its schedule as
@@ -179,7 +179,8 @@ class SimJob:
         self.iterations_done += iterations
         finished_epochs = int(self.epochs_done) - int(before)
         if finished_epochs > 0:
-            self.observed_batch_sizes += (self.batch_size,) * finished_epochs
+            self.observed_batch_sizes = self.observed_batch_sizes.extended(self.batch_size,
+                                                                           finished_epochs)
         if self.remaining_iterations <= 0 or self.over_deadline():
             self.completion_s = end_s
             return True
