@@ -279,3 +279,27 @@ def test_dev_stdout_is_written_in_place_not_replaced(tmp_path):
         subprocess.run([sys.executable, "-c", code], stdout=fh, check=True, timeout=60)
     assert out.stat().st_ino == inode
     assert out.read_text() == "{}\nafter\n"
+
+
+def test_a_reference_tsv_that_fails_keeps_the_old_file(small: Path, reference_data: Path) -> None:
+    """`trace generate --like reference` writes its TSV whole or not at all."""
+    out = small.parent / "keep.tsv"
+    out.write_bytes(OLD)
+    done = _limited(["trace", "generate", "--like", "reference", "--jobs", "60", "--throughputs",
+                     str(reference_data / "throughputs-tacc.json"), "--out", out.name],
+                    small.parent)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert out.read_bytes() == OLD
+    assert f"Error: --out {out.name}: cannot write: File too large" in done.stderr, done.stderr
+    assert _left(small.parent) == []
+
+
+def test_bench_quality_plot_onto_a_directory_is_an_error_naming_it(tmp_path: Path) -> None:
+    plots = tmp_path / "plots"
+    (plots / "quality-12x4.png").mkdir(parents=True)
+    result = CliRunner().invoke(cli, ["bench", "quality", "--sizes", "12/4", "--seeds", "1",
+                                      "--policies", "fifo", "--plot", str(plots)])
+    assert result.exit_code == 1, result.output
+    assert (f"{plots}: cannot write {plots / 'quality-12x4.png'}: Is a directory"
+            in result.output), result.output
+    assert "Traceback" not in result.output and _left(plots) == []

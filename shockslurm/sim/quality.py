@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..atomic import write_file
 from ..model import JobSpec, parse_cluster_shape
 from ..policies import PolicySettings
 from ..workload.reference import Throughputs, reference_jobs
@@ -238,7 +239,9 @@ def write_frontier_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         path = out_dir / f"quality-{size.replace('/', 'x')}.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        try:                  # whole or not at all: an older plot stays if this one fails
+            write_file(path, lambda fh: fig.savefig(fh, format="png", dpi=110), within=out_dir)
+        finally:
+            plt.close(fig)
         written.append(path)
     return written

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_file
 from .catalogue import CATALOGUE
 from .reference import FIELDS, TraceLine, Throughputs
 
@@ -153,16 +154,18 @@ def generate_reference_like(config: ReferenceLikeConfig, table: Throughputs) -> 
 
 def write_reference_trace(drawn: list[DrawnJob], path: str | Path) -> None:
     """The reference's 12-field TSV. The command, working directory and steps argument are
-    placeholders (only a physical cluster of the reference uses them)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for job in drawn:
-            tl = job.line
-            row = {"job_type": tl.job_type,
-                   "command": f"train {tl.model} --batch_size {tl.batch_size}",
-                   "working_directory": CATALOGUE[tl.model].dataset.lower(),
-                   "num_steps_arg": "--num_steps", "needs_data_dir": "1",
-                   "total_steps": str(tl.total_steps), "scale_factor": str(tl.gang_size),
-                   "mode": tl.mode, "priority_weight": f"{tl.priority_weight:g}",
-                   "SLO": "-1.000000", "duration": str(job.duration_s),
-                   "arrival_time": str(int(tl.arrival_s))}
-            fh.write("\t".join(row[f] for f in FIELDS) + "\n")
+    placeholders (only a physical cluster of the reference uses them). Written whole or not at
+    all (`atomic.write_file`: a failure is an `OutputWriteError` naming the file)."""
+    lines = []
+    for job in drawn:
+        tl = job.line
+        row = {"job_type": tl.job_type,
+               "command": f"train {tl.model} --batch_size {tl.batch_size}",
+               "working_directory": CATALOGUE[tl.model].dataset.lower(),
+               "num_steps_arg": "--num_steps", "needs_data_dir": "1",
+               "total_steps": str(tl.total_steps), "scale_factor": str(tl.gang_size),
+               "mode": tl.mode, "priority_weight": f"{tl.priority_weight:g}",
+               "SLO": "-1.000000", "duration": str(job.duration_s),
+               "arrival_time": str(int(tl.arrival_s))}
+        lines.append("\t".join(row[f] for f in FIELDS) + "\n")
+    write_file(path if isinstance(path, Path) else Path(path), "".join(lines).encode("utf-8"))
