@@ -31,8 +31,9 @@ class NodeBook:
         self._cap = [n.gpus for n in self.nodes]
         self._free = list(self._cap)
         self.largest = max(self._cap)
-        # node indices by free GPUs (best fit without scanning every node) and the wholly free ones
-        self._by_free: list[set[int]] = [set() for _ in range(self.largest + 1)]
+        # node indices by free GPUs (best fit without scanning every node) and the wholly free
+        # ones; only the counts some node has (one pool of 10,000 GPUs is one entry, not 10,001)
+        self._by_free: dict[int, set[int]] = {}
         self._levels: list[int] = []        # the free-GPU counts some node has, ascending
         for i, c in enumerate(self._cap):
             self._file(i, c)
@@ -164,13 +165,17 @@ class NodeBook:
             self._whole_gpus += self._cap[i]
 
     def _file(self, i: int, free: int) -> None:
-        if not self._by_free[free]:
+        bucket = self._by_free.get(free)
+        if bucket is None:
+            bucket = self._by_free[free] = set()
             insort(self._levels, free)
-        self._by_free[free].add(i)
+        bucket.add(i)
 
     def _unfile(self, i: int, free: int) -> None:
-        self._by_free[free].discard(i)
-        if not self._by_free[free]:
+        bucket = self._by_free[free]
+        bucket.discard(i)
+        if not bucket:
+            del self._by_free[free]
             del self._levels[bisect_left(self._levels, free)]
 
 
