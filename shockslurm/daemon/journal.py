@@ -117,6 +117,10 @@ class StoreJournal:
     def begin_round(self, snapshot: Snapshot, plan: RoundPlan,
                     jobs: Mapping[int, LiveJob]) -> None:
         self._jobs = jobs
+        # the store keys of the jobs this round may name, no others: the cache would otherwise
+        # hold every job the daemon ever journalled (a job seen again is found by `add_job`)
+        live = {(job_id, j.slurm.submit_time) for job_id, j in jobs.items()}
+        self._job_pk = {k: pk for k, pk in self._job_pk.items() if k in live}
         self._ensure_run()
         with Session(self.engine) as s, s.begin():
             run = s.get_one(self.repo.Run, self.run_id)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Callable
 
 from ..live.cluster import SlurmCluster
 from ..model import RoundPlan, Snapshot
 
 round_log = logging.getLogger("shockslurm.daemon.round")
+
+LINES_KEPT = 100      # the latest round lines kept in memory (the log has them all)
 
 
 class RoundLogger:
@@ -26,7 +29,8 @@ class RoundLogger:
         self.cluster = cluster
         self.emit = emit
         self.clock = clock
-        self.lines: list[str] = []
+        # the latest lines only: a daemon runs for months, 720 rounds a day at 120 s
+        self.lines: deque[str] = deque(maxlen=LINES_KEPT)
 
     def on_round(self, snapshot: Snapshot, plan: RoundPlan, solve_s: float) -> None:
         st = self.cluster.last_stats

@@ -5,6 +5,10 @@ Minimises ``max_i rho_i`` with ``rho_i = (A_i + R_i / (T_i x_i)) / (cum_iso_i + 
 isolated throughput among the ``m`` jobs of *this* call. ``cum_iso_i`` estimates how long the
 progress so far would have taken in isolation; like the reference it is advanced only on calls, by
 ``(prev_R_i - R_i) / prev_iso_i``, so it is distorted when a batch-size change rescales ``R_i``.
+The reference never forgets a job's ``cum_iso``; a daemon sees tens of thousands of jobs pass, so
+here a job absent from `FORGET_AFTER_CALLS` calls in a row is forgotten (a job back sooner, e.g. a
+live job out of the queue for a moment, keeps its account). Simulations are unchanged: a job
+leaves them only when it finishes.
 ``priority_weight`` is ignored, as in the reference.
 
 Solver: the reference hard-codes Gurobi, which we do not have. We solve the same SOCP (``inv_pos``)
@@ -27,6 +31,8 @@ from .base import clip_fractions
 
 log = logging.getLogger(__name__)
 
+FORGET_AFTER_CALLS = 10   # calls a job may be absent from before its cum_iso is dropped
+
 
 class FinishTimeFairness:
     """Min-max finish-time-fairness ratio with Themis' cumulative isolated-time account."""
@@ -34,16 +40,28 @@ class FinishTimeFairness:
     name = "finish_time_fairness"
 
     def __init__(self) -> None:
-        self.cum_iso: dict[int, float] = {}   # never pruned, as in the reference
+        self.cum_iso: dict[int, float] = {}   # the jobs of recent calls (module docstring)
         self.prev_R: dict[int, float] = {}
         self.prev_iso: dict[int, float] = {}
+        self.calls = 0
+        self._last_call: dict[int, int] = {}   # job id -> the latest call that had it
+
+    def _forget_absent(self, ids: Sequence[int]) -> None:
+        """Count this call; drop the jobs absent from the last `FORGET_AFTER_CALLS` calls."""
+        self.calls += 1
+        self._last_call.update(dict.fromkeys(ids, self.calls))
+        for jid in [j for j, c in self._last_call.items()
+                    if self.calls - c >= FORGET_AFTER_CALLS]:
+            del self._last_call[jid]
+            self.cum_iso.pop(jid, None)
 
     def fractions(self, jobs: Sequence[JobView], gpus: int, now: float) -> dict[int, float]:
         jobs = _lp.sorted_jobs(jobs)
+        ids = [j.job_id for j in jobs]
+        self._forget_absent(ids)
         if not jobs:
             self.prev_R, self.prev_iso = {}, {}
             return {}
-        ids = [j.job_id for j in jobs]
         sf = _lp.gang_sizes(jobs)
         thr = np.array([float(j.iterations_per_s) for j in jobs])
         rem = np.array([float(j.remaining_iterations) for j in jobs])
