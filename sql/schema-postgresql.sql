@@ -28,6 +28,8 @@ CREATE TABLE jobs (
 	CONSTRAINT fk_jobs_run_id_runs FOREIGN KEY(run_id) REFERENCES runs (id) ON DELETE CASCADE
 );
 
+CREATE INDEX ix_jobs_job_id ON jobs (job_id);
+
 CREATE TABLE rounds (
 	id SERIAL NOT NULL,
 	run_id INTEGER NOT NULL,
@@ -85,6 +87,8 @@ CREATE TABLE enactment_intents (
 	CONSTRAINT fk_enactment_intents_job_pk_jobs FOREIGN KEY(job_pk) REFERENCES jobs (id) ON DELETE CASCADE
 );
 
+CREATE INDEX ix_enactment_intents_job_pk ON enactment_intents (job_pk);
+
 CREATE INDEX ix_enactment_intents_round_id ON enactment_intents (round_id);
 
 CREATE TABLE job_events (
@@ -98,6 +102,8 @@ CREATE TABLE job_events (
 );
 
 CREATE INDEX ix_job_events_job_pk ON job_events (job_pk);
+
+CREATE INDEX ix_job_events_job_pk_kind_id ON job_events (job_pk, kind, id);
 
 CREATE TABLE plan_entries (
 	id SERIAL NOT NULL,
@@ -120,5 +126,7 @@ CREATE TABLE throughput_samples (
 	CONSTRAINT pk_throughput_samples PRIMARY KEY (id),
 	CONSTRAINT fk_throughput_samples_job_pk_jobs FOREIGN KEY(job_pk) REFERENCES jobs (id) ON DELETE CASCADE
 );
+
+CREATE INDEX ix_throughput_samples_job_pk_id ON throughput_samples (job_pk, id);
 
 CREATE INDEX ix_throughput_samples_job_pk_time_s ON throughput_samples (job_pk, time_s);

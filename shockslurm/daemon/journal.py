@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import socket
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -196,14 +196,18 @@ class StoreJournal:
     # StopLedger
     def _live_rows(self, s: Session, jobs: Mapping[int, float]) -> Any:
         """Intents of the live runs of this cluster on the Slurm jobs {job id: submit time}."""
+        return s.execute(self.live_rows_query(jobs))
+
+    def live_rows_query(self, jobs: Iterable[int]) -> Any:
+        """`_live_rows`' query: by the jobs' Slurm ids and the intents' job keys, both indexed
+        (revision 0005), so a round reads its jobs' intents, not the whole history."""
         r = self.repo
-        return s.execute(
-            select(r.Job.job_id, r.Job.submit_s, r.EnactmentIntent)
-            .join(r.Run, r.Job.run_id == r.Run.id)
-            .join(r.EnactmentIntent, r.EnactmentIntent.job_pk == r.Job.id)
-            .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
-                   r.Job.job_id.in_(list(jobs)))
-            .order_by(r.EnactmentIntent.created_at, r.EnactmentIntent.id))
+        return (select(r.Job.job_id, r.Job.submit_s, r.EnactmentIntent)
+                .join(r.Run, r.Job.run_id == r.Run.id)
+                .join(r.EnactmentIntent, r.EnactmentIntent.job_pk == r.Job.id)
+                .where(r.Run.kind == "live", r.Run.cluster == self.cluster,
+                       r.Job.job_id.in_(list(jobs)))
+                .order_by(r.EnactmentIntent.created_at, r.EnactmentIntent.id))
 
     @_store("read the first submit times")
     def first_submits(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:

@@ -67,7 +67,8 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    job_id: Mapped[int] = mapped_column(BigInteger)  # Slurm or simulator job id
+    # Slurm or simulator job id; indexed by revision 0005 (the daemon looks its jobs up by it)
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
     submit_s: Mapped[float] = mapped_column(Float)
     owner: Mapped[str | None] = mapped_column(String(128))
     model: Mapped[str] = mapped_column(String(128))
@@ -87,6 +88,9 @@ class JobEvent(Base):
     """A lifecycle event of a job (submitted, started, preempted, completed, failed...)."""
 
     __tablename__ = "job_events"
+    # Added by revision 0005: each job's latest event of a kind is one index seek, however long
+    # the job has been reporting (`reports.reported_progress`).
+    __table_args__ = (Index("ix_job_events_job_pk_kind_id", "job_pk", "kind", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -140,7 +144,8 @@ class EnactmentIntent(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id", ondelete="CASCADE"), index=True)
-    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    # indexed by revision 0005: the stops under way are read by job every round
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     action: Mapped[str] = mapped_column(String(32))
     argv: Mapped[list[str]] = mapped_column(JSON)
     return_code: Mapped[int | None] = mapped_column(Integer)
@@ -153,8 +158,10 @@ class ThroughputSample(Base):
     """Observed training speed of a job at some batch size and gang size."""
 
     __tablename__ = "throughput_samples"
-    # Added by revision 0002: the forecaster reads a job's samples in time order.
-    __table_args__ = (Index("ix_throughput_samples_job_pk_time_s", "job_pk", "time_s"),)
+    # Added by revision 0002: the forecaster reads a job's samples in time order; by 0005: each
+    # job's latest sample is one index seek.
+    __table_args__ = (Index("ix_throughput_samples_job_pk_time_s", "job_pk", "time_s"),
+                      Index("ix_throughput_samples_job_pk_id", "job_pk", "id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
