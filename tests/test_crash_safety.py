@@ -370,7 +370,7 @@ def test_impossible_request_is_never_planned_and_flagged_once(engine, caplog):
         assert sorted(v.job_id for v in snap.jobs) == [7]
         d.cluster.enact(RoundPlan(frozenset({7})), snap)
     assert not any(a[1] == "release" and ("5" in a[2] or "6" in a[2]) for a in b.log)
-    assert ("scontrol", "hold", "6") in b.log         # a released one is held again
+    assert ("scontrol", "uhold", "6") in b.log         # a released one is held again
     assert sum("never scheduled" in r.getMessage() for r in caplog.records) == 2
     with Session(engine) as s:
         events = s.scalars(select(JobEvent).where(JobEvent.kind == "flagged")).all()

@@ -48,13 +48,15 @@ def test_starts_held_planned_jobs_with_one_release_call():
 
 
 def test_stops_running_managed_jobs_not_in_plan():
+    """A SUSPENDED job (an administrator's or Slurm's suspension) is left alone: not stopped
+    (`test_slurm_anomalies`)."""
     jobs = [job(1, JobState.RUNNING), job(2, JobState.RUNNING), job(3, JobState.SUSPENDED),
             job(4)]
     e = diff(plan(2, 4), jobs)
-    assert e.stop == (1, 3) and e.signal == (1,) and e.keep == (2,) and e.start == (4,)
+    assert e.stop == (1,) and e.signal == (1,) and e.keep == (2,) and e.start == (4,)
     argvs = [s.argv for s in commands(e)]
     assert argvs == [("scancel", "--signal=USR1", "--batch", "1"),
-                     ("scontrol", "requeuehold", "1,3"),
+                     ("scontrol", "requeuehold", "1"),
                      ("scontrol", "release", "4")]
 
 
@@ -80,7 +82,7 @@ def test_released_but_waiting_job_dropped_from_plan_is_held_again():
     released = job(5, priority=100, reason="Resources")
     e = diff(plan(), [released])
     assert e.hold == (5,) and e.start == ()
-    assert [s.argv for s in stop_steps(e)] == [("scontrol", "hold", "5")]
+    assert [s.argv for s in stop_steps(e)] == [("scontrol", "uhold", "5")]
     # still planned: nothing to do, unless it waits on BeginTime
     assert diff(plan(5), [released]).empty
     waiting = job(5, priority=100, reason="BeginTime", restarts=1)

@@ -132,13 +132,20 @@ def _job_doc(version: str, field: str, value: Any) -> dict:
     '{"jobs": [{"job_id": 1, "job_state": "RUNNING", "priority": NaN}]}',  # ValueError
     '{"jobs": [{"job_id": "%s", "job_state": "RUNNING"}]}' % ("1" * 5000),  # ValueError (digits)
     '{"jobs": [{"job_id": %s, "job_state": "RUNNING"}]}' % ("1" * 5000),    # ValueError (json)
-    '{"jobs": [{"job_id": 1, "job_state": "R", "tres_per_node": "gres:gpu:%s"}]}' % ("1" * 5000),
     "[" * 100_000,                                                          # RecursionError
     b"\xff\xfe{",                                                           # UnicodeDecodeError
 ])
 def test_squeue_regressions(doc):
     with pytest.raises(InputError):
         parse_squeue(doc)
+
+
+def test_an_unreadable_gpu_count_is_one_jobs_problem():
+    """A GPU count too long for int() (a ValueError once) leaves that job unreadable, not the
+    whole read (`parse._job_or_unreadable_gpus`)."""
+    (job,) = parse_squeue('{"jobs": [{"job_id": 1, "job_state": "R", '
+                          '"tres_per_node": "gres:gpu:%s"}]}' % ("1" * 5000))
+    assert job.unreadable.startswith("tres_per_node=") and job.gpus == 0
 
 
 def test_version_regressions():

@@ -337,7 +337,7 @@ def test_hostile_specs_leave_other_jobs_scheduled_and_are_flagged_once(tmp_path,
     assert runner.outages == {"slurm": 0, "store": 0}
     assert ("scontrol", "release", "1") in b.log       # the normal job started
     assert not any(a[1] == "release" and set(a[2].split(",")) - {"1"} for a in b.log)
-    assert ("scontrol", "hold", "17") in b.log         # a released bad one is held again
+    assert ("scontrol", "uhold", "17") in b.log         # a released bad one is held again
     hostile_ids = set(HOSTILE_COMMENTS) | {16, 17}
     warned = [r.getMessage() for r in caplog.records if "never scheduled" in r.getMessage()]
     assert len(warned) == len(hostile_ids)             # logged once each, over two rounds

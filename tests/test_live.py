@@ -251,7 +251,7 @@ def starts_at_hold(b: FakeBackend, started) -> None:
     original = b.run
 
     def run(argv):
-        if argv[1] == "hold":
+        if argv[1] == "uhold":
             b.log.append(tuple(argv))
             b._jobs = [started if j.job_id == started.job_id else j for j in b._jobs]
             return CommandResult(tuple(argv), 0, "", "", 0.0)
@@ -272,7 +272,7 @@ def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_pla
     starts_at_hold(b, replace(released, state=JobState.RUNNING, priority=0))
     c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None, churn=ChurnLimits(0, 0, 0, 0))
     c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
-    assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"), ("scontrol", "requeuehold", "1"),
+    assert [a[:3] for a in b.log] == [("scontrol", "uhold", "1"), ("scontrol", "requeuehold", "1"),
                                       ("scontrol", "release", "2")], b.log
     assert c.last_stats.started == 1 and c.last_stats.stopped == 1
 
@@ -280,10 +280,10 @@ def test_a_job_started_before_its_hold_is_requeueheld_and_its_gpus_go_to_the_pla
 def test_a_hold_whose_job_still_waits_requeues_nothing():
     """The held job had not started (the usual case): nothing is requeued, and job 2 released;
     so is it when the hold fails."""
-    for fail in (set(), {"hold"}):
+    for fail in (set(), {"uhold"}):
         released = job(1, JobState.PENDING, priority=1000, reason="Resources", gpus=32)
         b = FakeBackend([released, job(2, gpus=32)], fail=fail)
         c = SlurmCluster(b, grace_seconds=10, sleep=lambda s: None)
         c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
-        assert [a[:3] for a in b.log] == [("scontrol", "hold", "1"),
+        assert [a[:3] for a in b.log] == [("scontrol", "uhold", "1"),
                                           ("scontrol", "release", "2")], b.log

@@ -354,7 +354,7 @@ def test_a_job_started_before_its_hold_keeps_running_and_its_successor_waits():
     plan = place_plan(RoundPlan(frozenset({2})), snap)
     assert plan.placement[2] == (("gpu01", 8),)
     c.enact(plan, snap)
-    assert b.log == [("scontrol", "hold", "1")]
+    assert b.log == [("scontrol", "uhold", "1")]
     assert c.last_stats.started == 0 and c.last_stats.stopped == 0
 
 

@@ -165,3 +165,31 @@ def test_a_failed_open_of_the_store_leaves_no_descriptor_open(tmp_path):
             gc.enable()
         lock.execute("COMMIT")
         lock.close()
+
+
+def test_an_impossible_job_is_forgotten_once_it_leaves_the_queue():
+    """`SlurmCluster.impossible` (never planned: a request no node holds) keeps only the jobs
+    still in the queue, as `bad_specs` does (before: every impossible job ever seen, and every
+    round and event poll walked them all)."""
+    from shockslurm.live.cluster import SlurmCluster
+
+    from .test_live import FakeBackend
+    big = job(1, gpus=64)                       # 4 nodes of 8 GPUs: no node, no cluster holds it
+    b = FakeBackend([big, job(2)])
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    c.observe(1000.0)
+    assert [k for k, _ in c.impossible] == [1]
+    b._jobs = [job(2)]                          # its user cancelled it: gone from squeue
+    c.observe(1010.0)
+    assert c.impossible == {}
+
+
+def test_departures_of_past_seconds_are_forgotten_as_new_ones_come():
+    """`RecentDepartures` keeps only the current second's departures (before: they were
+    dropped only when a release asked, so rounds that stopped without starting piled them)."""
+    from shockslurm.live.credentials import RecentDepartures
+    recent = RecentDepartures()
+    for k in range(1000):
+        recent.left({k: ("gpu01",)}, at=1000.0 + k)
+    assert list(recent._left) == [999]
+    assert recent.wait_s([999], {}, 1999.5) > 0 and recent.wait_s([998], {}, 1999.5) == 0

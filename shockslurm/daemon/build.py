@@ -33,7 +33,7 @@ from ..ops.config import DAEMON_KEYS, DaemonConfig
 from ..policies import PolicySettings
 from ..ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from ..policies import make_policy
-from ..slurm.types import SlurmBackend, SlurmJob
+from ..slurm.types import JobState, SlurmBackend, SlurmJob
 from ..store import StoreUnavailable, open_store
 from .journal import StoreJournal
 from .round_log import RoundLogger
@@ -88,6 +88,12 @@ class Daemon:
             cluster.first_submit.seed(by_id[job_id], first)
         jobs = cluster._canonical(jobs)
         counts = self.journal.reconcile(jobs, time.time() if now is None else now)
+        held = [j for j in jobs if cluster._tagged(j) and j.state is JobState.PENDING
+                and j.admin_held and "SPECIAL_EXIT" not in j.state_flags]
+        if held:          # the administrator's holds an earlier daemon put on its jobs
+            cluster.own_admin_holds = set(self.journal.own_admin_holds(held))
+            if cluster.own_admin_holds:
+                counts["own_admin_holds"] = len(cluster.own_admin_holds)
         if any(counts.values()):
             log.info("reconciled the store with Slurm: %s", ", ".join(
                 f"{k}={v}" for k, v in counts.items()),

@@ -33,6 +33,7 @@ from ..slurm.types import CommandResult, JobState, SlurmBackend, SlurmError, Slu
 log = logging.getLogger("shockslurm.live.cluster")
 
 STOP_POLL_S = 0.5
+USER_HOLD_REASON = "JobHeldUser"
 # stderr of an action when slurmctld cannot be reached (or a CliBackend timeout): an outage.
 CONTROLLER_DOWN_RE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
@@ -68,11 +69,34 @@ class SlurmActions:
         # Each job's first submit time, across requeues (`first_submit`): every read of the
         # queue hands back jobs keyed as they were first seen.
         self.first_submit = FirstSubmitTimes()
+        # Jobs this process released and has not held (nor requeueheld) since: {id: submit}.
+        # One of them that shows a user hold (JobHeldUser) was held by someone else.
+        self._released_by_us: dict[int, float] = {}
+        self._submits: dict[int, float] = {}       # the last read's active jobs: {id: submit}
+        # Jobs an earlier version of the daemon held with an administrator's hold (`scontrol
+        # hold`), found in the store at start (`Daemon.reconcile`): made user holds in the
+        # first round (`own_admin_holds_to_user_holds`).
+        self.own_admin_holds: set[int] = set()
 
-    def _ours(self, job: SlurmJob) -> bool:
+    def _tagged(self, job: SlurmJob) -> bool:
+        """A managed job of the managed partitions that `job_filter` lets this daemon see."""
         if not job.managed or not set(job.partition.split(",")) & set(self.partitions):
             return False
         return self.job_filter is None or self.job_filter(job)
+
+    def _ours(self, job: SlurmJob) -> bool:
+        """A job this daemon schedules: `_tagged` and not one it leaves alone (`_hands_off`)."""
+        return self._tagged(job) and self._hands_off(job) is None
+
+    def _hands_off(self, job: SlurmJob) -> str | None:
+        """Why the daemon leaves a job alone (`enact.hands_off`), or None; also a job this
+        process released that shows a user hold it did not make (`scontrol uhold` by an
+        administrator)."""
+        why = en.hands_off(job)
+        if why is None and job.held and job.reason == USER_HOLD_REASON and \
+                self._released_by_us.get(job.job_id) == job.submit_time:
+            return "held (JobHeldUser) by someone else after the daemon released it"
+        return why
 
     def _read(self, what: str, read: Callable[[], list]) -> list:
         try:
@@ -84,7 +108,11 @@ class SlurmActions:
 
     def _squeue(self) -> list[SlurmJob]:
         """The queue, each job with its first submit time (`first_submit`)."""
-        return self._canonical(self._read("squeue", self.backend.jobs))
+        jobs = self._canonical(self._read("squeue", self.backend.jobs))
+        self._submits = {j.job_id: j.submit_time for j in jobs if not j.state.finished}
+        self._released_by_us = {j: t for j, t in self._released_by_us.items()
+                                if self._submits.get(j) == t}
+        return jobs
 
     def _canonical(self, jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
         return [self.first_submit.canonical(j) for j in jobs]
@@ -100,6 +128,9 @@ class SlurmActions:
         except Exception as exc:
             raise JournalUnavailable(f"cannot record the intent {' '.join(step.argv)}: "
                                      f"{type(exc).__name__}: {exc}") from exc
+        if step.action in ("hold", "requeuehold"):   # tried: a hold seen later may be ours
+            for job_id in step.job_ids:
+                self._released_by_us.pop(job_id, None)
         try:
             result = self.backend.run(list(step.argv))
         except Exception as exc:  # a backend that raises must not kill the daemon
@@ -112,7 +143,32 @@ class SlurmActions:
                                      f"{type(exc).__name__}: {exc}") from exc
         if not result.ok:
             self._failed(step, result, stats)
+        elif step.action == "release":
+            self._note_released(step.job_ids)
         return result
+
+    def own_admin_holds_to_user_holds(self, jobs: Sequence[SlurmJob], stats: EnactStats) -> None:
+        """Daemons before 2026-11-29 held with `scontrol hold` (JobHeldAdmin), which the daemon
+        now leaves alone as an administrator's; of those the store says were its own
+        (`own_admin_holds`), the ones still so held get one `scontrol uhold` (an operator may
+        turn an admin hold into a user hold): the user holds it holds with now, scheduled from
+        the next round. Once, in the first round after the start."""
+        ids = sorted(j.job_id for j in jobs if j.job_id in self.own_admin_holds
+                     and self._tagged(j) and j.admin_held and j.state is JobState.PENDING)
+        self.own_admin_holds = set()
+        if ids:
+            result = self._run(en.hold_step(ids), stats)
+            log.warning("jobs %s: the administrator's holds an earlier version of the daemon put "
+                        "on them made user holds, the daemon's holds now%s", ids,
+                        "" if result.ok else f" - failed: {result.stderr.strip()[:200]}",
+                        extra={"fields": {"event": "own_admin_holds", "jobs": ids,
+                                          "ok": result.ok}})
+
+    def _note_released(self, job_ids: Sequence[int]) -> None:
+        """Remember the jobs a release let go (by submit time, from the round's read)."""
+        for job_id in job_ids:
+            if job_id in self._submits:
+                self._released_by_us[job_id] = self._submits[job_id]
 
     @staticmethod
     def _failed(step: en.Step, result: CommandResult, stats: EnactStats) -> None:
@@ -150,15 +206,17 @@ class SlurmActions:
 
     def _not_done_before_signal(self, job_ids: list[int], sent_at: Mapping[int, float],
                                 seen: list[SlurmJob] | None = None) -> list[int]:
-        """`job_ids` without the jobs that had ended before their signal (`stops`), judged on
-        `seen` (the last squeue read) or one fresh read, only in rounds that stop jobs."""
-        if not any(j in sent_at for j in job_ids):
-            return job_ids
+        """`job_ids` without the jobs that had ended before their signal, or that the user, an
+        administrator or Slurm ended meanwhile (`stops`: cancelled, timed out, ...), judged on
+        `seen` (the last squeue read) or one fresh read when a job was signalled this round."""
         if seen is None:
+            if not any(j in sent_at for j in job_ids):
+                return job_ids
             seen = self._squeue()
         keep, done = stops.not_done_before_signal(job_ids, sent_at, seen)
         if done:
-            log.info("jobs %s had finished before their stop signal; not requeued", sorted(done))
+            log.info("jobs %s had ended before their stop signal, or were ended by their user, "
+                     "an administrator or Slurm; not requeued", sorted(done))
         return keep
 
     def _started_before_hold(self, job_ids: Sequence[int]) -> list[SlurmJob]:

@@ -34,8 +34,36 @@ from ..slurm.types import JobState, SlurmJob
 
 
 def active_managed(jobs: Iterable[SlurmJob]) -> dict[int, SlurmJob]:
-    """The managed jobs Slurm shows not finished, by id."""
-    return {j.job_id: j for j in jobs if j.managed and not j.state.finished}
+    """The managed jobs Slurm shows not finished, by id, but for those the daemon leaves alone
+    (`hands_off`): no command ever names them."""
+    return {j.job_id: j for j in jobs
+            if j.managed and not j.state.finished and hands_off(j) is None}
+
+
+def hands_off(job: SlurmJob) -> str | None:
+    """Why the daemon must leave a managed job alone (never plan it, never name it in a
+    command; GPUs it holds are planned around like another's), or None:
+    - held by an administrator (`scontrol hold`: JobHeldAdmin, also on a running job: a stop
+      would turn it into the daemon's requeue hold, which a later round releases) or by Slurm
+      after a special exit (RequeueExitHold): a release would override them;
+    - SUSPENDED (`scontrol suspend`, or Slurm's suspend preemption): a requeuehold would kill it
+      without its USR1 checkpoint, and a later release override the suspension;
+    - a job array record (one `scontrol release` of its id releases every pending task) or a
+      heterogeneous job's component (its components start together): not supported;
+    - a GPU request Slurm gave in a form the parser cannot read: its size is unknown."""
+    if job.admin_held:
+        if "SPECIAL_EXIT" in job.state_flags:
+            return "held by Slurm after a special exit (RequeueExitHold)"
+        return "held by an administrator (JobHeldAdmin)"
+    if job.state is JobState.SUSPENDED:
+        return "suspended (scontrol suspend or Slurm's preemption)"
+    if job.array_job_id:
+        return f"a job array record (array {job.array_job_id}): not supported"
+    if job.het_job_id:
+        return f"a heterogeneous job's component (het job {job.het_job_id}): not supported"
+    if job.unreadable:
+        return f"its GPU request cannot be read ({job.unreadable})"
+    return None
 
 
 DAY_S = 86_400.0

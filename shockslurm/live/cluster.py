@@ -51,6 +51,10 @@ Why it looks like this:
   (`specs.BadSpec`, `shockslurm.limits`) is treated the same way: left held, logged once and
   flagged once with the reason; it is journalled with the default spec, so the store can always
   record it. Nothing a job supplies raises out of the round or stops other jobs.
+- Jobs left alone (`SlurmActions._hands_off`): an administrator's hold (JobHeldAdmin, or a
+  user hold on a job this process released), a special-exit hold, a SUSPENDED job, job arrays,
+  heterogeneous jobs and unreadable GPU requests are never planned nor named in a command; their
+  GPUs count as others'. Logged when they go aside and when they come back.
 - Per-job state does not grow with what a job declares: the view's per-epoch profile is
   run-length encoded (`model.RunLength`), one run for the daemon's constant profile, and so is
   the batch-size history from reports.
@@ -132,6 +136,7 @@ class SlurmCluster(EventPolling):
         """What the cluster learns round by round."""
         self.impossible: dict[tuple[int, float], str] = {}  # never planned: the reason
         self.bad_specs: dict[tuple[int, float], str] = {}   # never planned: the reason
+        self.aside: dict[tuple[int, float], str] = {}       # left alone this round: the reason
         self._flags_new = []                                 # flagged, not yet in the store
         self.observed_at = self._monotonic()  # when the last squeue read returned (monotonic)
         self._observe_started = self.observed_at  # when the last observe began (its `now`)
@@ -209,6 +214,20 @@ class SlurmCluster(EventPolling):
                 self._flag_once(self.impossible, job, reason)
         return out
 
+    def _leave_alone(self, tagged: Sequence[SlurmJob]) -> None:
+        """The managed jobs the daemon leaves alone this round (`_hands_off`: an admin's hold,
+        SUSPENDED, ...) in `aside`; each logged when it goes aside and when it comes back."""
+        aside = {(j.job_id, j.submit_time): why for j in tagged
+                 if (why := self._hands_off(j)) is not None}
+        for key, why in aside.items():
+            if self.aside.get(key) != why:
+                log.warning("job %s is left alone: %s; never released, stopped or planned "
+                            "while it lasts", key[0], why)
+        for key in set(self.aside) - set(aside):
+            log.info("job %s is no longer left alone (%s): scheduled again", key[0],
+                     self.aside[key])
+        self.aside = aside
+
     def _never(self) -> set[int]:
         """Jobs never planned (impossible requests, bad specs)."""
         return {j for j, _ in self.impossible} | {j for j, _ in self.bad_specs}
@@ -230,9 +249,11 @@ class SlurmCluster(EventPolling):
             slurm_jobs, self._ours,
             None if self.layout is None else [n.name for n in self.layout.nodes])
         self._measure_unplaceable(slurm_jobs, now)
-        active = [j for j in slurm_jobs if self._ours(j) and j.state in ACTIVE_STATES]
+        tagged = [j for j in slurm_jobs if self._tagged(j) and j.state in ACTIVE_STATES]
+        self._leave_alone(tagged)
+        active = [j for j in tagged if (j.job_id, j.submit_time) not in self.aside]
         impossible = self._impossible(active, nodes)
-        current = self._track(active, self._registered(active), now)
+        current = self._track(tagged, self._registered(tagged), now)   # aside: tracked too
         self._note_ended(current, slurm_jobs)
         self._sample_idle(slurm_jobs, now)      # after `_track`: it knows the bad specs
         self._last_now = now
@@ -290,6 +311,7 @@ class SlurmCluster(EventPolling):
         self.jobs = current
         active_keys = {(j.slurm.job_id, j.slurm.submit_time) for j in current.values()}
         self.bad_specs = {k: r for k, r in self.bad_specs.items() if k in active_keys}
+        self.impossible = {k: r for k, r in self.impossible.items() if k in active_keys}
 
     def _refresh_progress(self, current: Mapping[int, LiveJob], now: float) -> None:
         refresh = getattr(self.progress_source, "refresh", None)
@@ -311,7 +333,8 @@ class SlurmCluster(EventPolling):
         views = tuple(self._view(j) for j in current.values()
                       if j.slurm.state is not JobState.COMPLETING
                       and j.slurm.job_id not in impossible
-                      and (j.slurm.job_id, j.slurm.submit_time) not in self.bad_specs)
+                      and (j.slurm.job_id, j.slurm.submit_time) not in self.bad_specs
+                      and (j.slurm.job_id, j.slurm.submit_time) not in self.aside)
         layout = self.layout or Layout(())
         return Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
                         jobs=views, nodes=layout.nodes, placements=dict(layout.placements),

@@ -38,6 +38,7 @@ class RecentDepartures:
 
     def left(self, nodes_by_job: Mapping[int, Iterable[str]], at: float) -> None:
         """The jobs of `nodes_by_job` were seen off their nodes at wall time `at`."""
+        self._forget_before(at)           # only the current second's departures matter
         for job_id, nodes in nodes_by_job.items():
             self._left[job_id] = _Left(at, frozenset(nodes))
 

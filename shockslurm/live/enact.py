@@ -11,7 +11,11 @@ Rules (Slurm 22.05.8, see /work/shared/slurm/NOTES.md section 3):
   checkpoint), then after the grace period `scontrol requeuehold` (back to PENDING, held, restart
   count + 1; SIGTERM then SIGKILL after KillWait).
 - A managed job that was released but has not started (pending, priority > 0) and is no longer in
-  the plan is put back on hold (`scontrol hold`), or Slurm would start it outside the plan.
+  the plan is put back on hold, or Slurm would start it outside the plan. The hold is a user
+  hold (`scontrol uhold`: JobHeldUser, like the plugin's submit hold and `requeuehold`), so an
+  administrator's `scontrol hold` (JobHeldAdmin) is never the daemon's: such a job, and the
+  others the daemon leaves alone (`bounds.hands_off`: special-exit holds, SUSPENDED jobs, job
+  arrays, heterogeneous jobs, unreadable GPU requests), are never named in a command.
 - Start = optional `scontrol update JobId=X [Gres=gpu:K] [StartTime=now]` per job, then ONE
   `scontrol release` with every job id. A held job cannot be started with `Priority=`.
   `StartTime=now` clears the ~2-minute BeginTime wait that every requeue adds (`release` alone
@@ -50,8 +54,8 @@ from ..plan_on_nodes import fit_on_nodes  # noqa: F401 (re-exported)
 from ..slurm.gres import required_node_names
 from ..slurm.types import JobState, SlurmJob
 from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401
-                     StopHistory, active_managed, bound_plan, checkpoint_failing, keep_reason,
-                     preemptions_today, stops_without_checkpoint)
+                     StopHistory, active_managed, bound_plan, checkpoint_failing, hands_off,
+                     keep_reason, preemptions_today, stops_without_checkpoint)
 
 BEGIN_TIME_REASON = "BeginTime"
 # scancel (22.05) names each job it could not signal on stderr, one line each:
@@ -209,7 +213,7 @@ def stop_steps(e: Enactment) -> list[Step]:
     grace period (see `requeue_step`)."""
     steps = []
     if e.hold:
-        steps.append(Step("stop", "hold", ("scontrol", "hold", _ids(e.hold)), e.hold))
+        steps.append(hold_step(e.hold))
     for job_id in e.signal:
         steps.append(Step("stop", "signal", ("scancel", "--signal=USR1", "--batch",
                                              str(job_id)), (job_id,)))
@@ -246,6 +250,12 @@ def unsignalled(stderr: str) -> set[int]:
     job that had just finished its training.
     """
     return {int(m) for m in SCANCEL_FAILED_RE.findall(stderr)}
+
+
+def hold_step(job_ids: Sequence[int]) -> Step:
+    """The daemon's hold: a user hold (`scontrol uhold`, JobHeldUser), never an administrator's
+    (`scontrol hold`, JobHeldAdmin, which the daemon leaves alone: `bounds.hands_off`)."""
+    return Step("stop", "hold", ("scontrol", "uhold", _ids(job_ids)), tuple(job_ids))
 
 
 def _ids(job_ids: Sequence[int]) -> str:

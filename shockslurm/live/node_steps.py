@@ -40,18 +40,23 @@ def place_around_kept(plan: RoundPlan, snapshot: Snapshot, kept: Collection[int]
 
 def fit_nodes(plan: RoundPlan, snapshot: Snapshot, ours: Sequence[SlurmJob],
               moved: set[int], stats: EnactStats,
-              unseen: Mapping[int, NodeShares] | None = None) -> RoundPlan:
+              unseen: Mapping[int, NodeShares] | None = None,
+              closed: Collection[str] = ()) -> RoundPlan:
     """The plan without the starts whose planned nodes lack GPUs once the jobs that keep
     running are counted (`enact.fit_on_nodes`): planned running jobs that are not moved,
     running jobs the churn bounds or a failed signal keep (they are in `plan.run`), and
     `unseen`: the shares (job id -> GPUs per node) of jobs that hold GPUs now although the
-    snapshot did not see them running."""
+    snapshot did not see them running. Nothing starts on a `closed` node (drained, down, in
+    maintenance: the snapshot keeps one while jobs of ours run there, and a plan that stops or
+    moves them would otherwise start another job there, pinned to a node that takes none)."""
     if not snapshot.nodes or not plan.placement:
         return plan
     by_id = {j.job_id: j for j in ours}
     holding = {j for j in plan.run if j in snapshot.placements and j not in moved}
     free = free_after(snapshot.nodes, snapshot.reserved,
                       {**{j: snapshot.placements[j] for j in holding}, **(unseen or {})})
+    for name in set(closed) & set(free):
+        free[name] = min(free[name], 0)
     starts = sorted((j for j in plan.run if j in by_id and j not in holding),
                     key=lambda j: (by_id[j].submit_time, j))
     dropped = en.fit_on_nodes(starts, plan.placement, free)

@@ -30,7 +30,7 @@ from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .node_steps import fit_nodes, keep_idle_stops, place_around_kept
 from .specs import LiveSpec
 from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
-from ..slurm.types import SlurmJob
+from ..slurm.types import SlurmJob, SlurmNode
 
 log = logging.getLogger("shockslurm.live.cluster")
 
@@ -108,9 +108,14 @@ class EnactPhases(SlurmActions):
 
     _free_gpus: int
     _observe_started: float
+    _nodes: list[SlurmNode]
 
     def _spec(self, job: SlurmJob, registered: Mapping[int, Mapping[str, object]]) -> LiveSpec:
         raise NotImplementedError      # SlurmCluster's
+
+    def _closed(self) -> set[str]:
+        """The nodes of the last sinfo read that take no new job (`SlurmNode.usable`)."""
+        return {n.name for n in self._nodes if not n.usable}
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         """Stop what is not planned, then start what is; one journalled call per step."""
@@ -122,6 +127,8 @@ class EnactPhases(SlurmActions):
         self._journal_round(prep, snapshot, {
             "switch": stats.idle_switch_gpu_s, "unplaceable": stats.idle_unplaceable_gpu_s,
             "waiting": stats.idle_waiting_gpu_s})
+        if self.own_admin_holds:
+            self.own_admin_holds_to_user_holds(self._slurm_jobs, stats)
         t_enact = self._monotonic()
         sig = self._signal(prep, snapshot, t_enact, stats)
         stopped = self._stop(prep, sig, snapshot, stats)
@@ -142,7 +149,7 @@ class EnactPhases(SlurmActions):
                 ours, plan.run, self.churn, snapshot.now, remaining), moved)
         pins = en.pin_nodes(plan.placement, ours) if snapshot.nodes else {}
         moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
-        plan = fit_nodes(plan, snapshot, ours, moved, stats)
+        plan = fit_nodes(plan, snapshot, ours, moved, stats, closed=self._closed())
         resumed = self.stops.pending(ours)
         plan = keep_idle_stops(plan, snapshot, ours, moved, set(resumed), remaining, stats)
         e = en.diff(plan, ours, pins=pins, moved=moved)
@@ -262,7 +269,8 @@ class EnactPhases(SlurmActions):
         if kept:
             log.info("jobs %s started before their hold: kept running (churn bounds)",
                      sorted(kept))
-            plan = fit_nodes(sig.plan, snapshot, prep.ours, prep.moved, stats, unseen=kept)
+            plan = fit_nodes(sig.plan, snapshot, prep.ours, prep.moved, stats, unseen=kept,
+                             closed=self._closed())
             sig.starts = sig.starts.without_starts(set(sig.plan.run) - set(plan.run))
             sig.plan = plan
         if sig.escaped:
@@ -280,7 +288,7 @@ class EnactPhases(SlurmActions):
                                         "unsignalled_dropped": list(dropped)},
                          placement=sig.plan.placement)
         moved = prep.moved - unsignalled
-        sig.plan = fit_nodes(plan, snapshot, prep.ours, moved, stats)
+        sig.plan = fit_nodes(plan, snapshot, prep.ours, moved, stats, closed=self._closed())
         sig.starts = en.diff(sig.plan, prep.ours, pins=prep.pins, moved=moved)
         if dropped:
             log.info("not starting %s this round (GPUs still held by %s)", list(dropped),

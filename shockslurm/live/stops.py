@@ -24,6 +24,17 @@ from .journaling import JournalUnavailable, StopLedger
 from ..slurm.types import JobState, SlurmJob
 
 
+# Final states a stop (USR1, then requeuehold) never brings about: the user or an administrator
+# cancelled the job (scancel), or Slurm ended it (time limit, deadline, node or boot failure,
+# preemption by cancel, out of memory). A stopped job Slurm shows ended so is never requeued,
+# whenever it ended: requeuehold requeues finished jobs too, and the job would run again against
+# their decision. COMPLETED (it saved and exited on its USR1) and FAILED (a USR1 the job did not
+# handle ends it so) are the stop's own ends: requeued.
+ENDED_BY_OTHERS = frozenset({JobState.CANCELLED, JobState.TIMEOUT, JobState.DEADLINE,
+                             JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.PREEMPTED,
+                             JobState.OUT_OF_MEMORY})
+
+
 def ended_before(job: SlurmJob, t: float) -> bool:
     """Whether Slurm shows `job` ended (finished or completing) in a second before `t`."""
     return ((job.state.finished or job.state is JobState.COMPLETING)
@@ -81,8 +92,10 @@ class StopTracker:
 def not_done_before_signal(job_ids: Sequence[int], sent_at: Mapping[int, float],
                            now: Sequence[SlurmJob]) -> tuple[list[int], set[int]]:
     """(`job_ids` to requeue, those left out): the jobs Slurm shows, in `now`, ended before
-    their signal went out are left out."""
+    their signal went out, or ended in a state the stop never brings about (`ENDED_BY_OTHERS`:
+    cancelled, timed out, ...), are left out."""
     by_id = {j.job_id: j for j in now}
-    done = {j for j in job_ids if j in sent_at and j in by_id
-            and ended_before(by_id[j], sent_at[j])}
+    done = {j for j in job_ids if j in by_id and (
+        by_id[j].state in ENDED_BY_OTHERS
+        or (j in sent_at and ended_before(by_id[j], sent_at[j])))}
     return [j for j in job_ids if j not in done], done

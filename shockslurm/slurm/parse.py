@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..errors import InputError
@@ -119,6 +120,8 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         gres_detail=strings(rec.get("gres_detail"), ctx, "gres_detail"),
         end_time=end,
         required_nodes=text(rec.get("required_nodes"), ctx, "required_nodes"),
+        array_job_id=number(rec.get("array_job_id"), ctx, "array_job_id") or 0,
+        het_job_id=number(rec.get("het_job_id"), ctx, "het_job_id") or 0,
         raw=rec,
     )
 
@@ -129,7 +132,24 @@ def parse_squeue(data: str | bytes | Mapping[str, Any]) -> list[SlurmJob]:
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
         raise InputError("no 'jobs' list", source=SQUEUE, field="jobs")
-    return [parse_job(rec) for rec in jobs]
+    return [_job_or_unreadable_gpus(rec) for rec in jobs]
+
+
+GPU_FIELDS = ("tres_per_node", "tres_per_job")
+
+
+def _job_or_unreadable_gpus(rec: Any) -> SlurmJob:
+    """`parse_job`, except that a GPU request in a form we cannot read (any user's job, in any
+    partition, can carry one) does not fail the whole read: the job comes back with no GPUs and
+    `unreadable` naming the field, so the daemon never schedules it and every other job goes on."""
+    try:
+        return parse_job(rec)
+    except InputError as exc:
+        if exc.field not in GPU_FIELDS or not isinstance(rec, Mapping):
+            raise
+        job = parse_job({**rec, **dict.fromkeys(GPU_FIELDS, "")})
+        log.debug("job %s: unreadable GPU request (%s)", job.job_id, exc)
+        return replace(job, unreadable=f"{exc.field}={str(rec.get(exc.field))[:80]!r}")
 
 
 # --- sinfo ----------------------------------------------------------------------------------

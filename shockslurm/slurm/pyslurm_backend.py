@@ -77,6 +77,8 @@ class PyslurmBackend:
                 restart_count=int(_attr(job, "restart_cnt", "requeue_count", default=0) or 0),
                 comment=_attr(job, "comment", default="") or "",
                 admin_comment=_attr(job, "admin_comment", default="") or "",
+                array_job_id=int(_attr(job, "array_id", "array_job_id", default=0) or 0),
+                het_job_id=int(_attr(job, "het_job_id", default=0) or 0),
             ))
         return out
 
@@ -109,11 +111,13 @@ class PyslurmBackend:
         ps = self.pyslurm
         if len(argv) >= 3 and argv[0] == "scontrol":
             verb, rest = argv[1], argv[2:]
-            if verb in ("hold", "release", "requeue", "requeuehold"):
+            if verb in ("hold", "uhold", "release", "requeue", "requeuehold"):
                 for jid in _ids(rest):
                     job = ps.Job(jid)
                     if verb == "hold":
                         job.hold()
+                    elif verb == "uhold":       # a user hold (JobHeldUser), as scontrol uhold
+                        job.hold(mode="user")
                     elif verb == "release":
                         job.release()
                     else:

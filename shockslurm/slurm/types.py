@@ -14,6 +14,7 @@ from ..errors import ShockslurmError
 MANAGED_TAG = "shock:managed"
 SPEC_PREFIX = "shock:spec="
 TAG_BLANKS = " \t\r\n\v\f"      # what has_managed_tag strips: exactly Lua's %s
+ADMIN_HOLD_REASON = "JobHeldAdmin"  # squeue's state_reason of an operator's `scontrol hold`
 
 
 def has_managed_tag(comment: str) -> bool:
@@ -53,9 +54,11 @@ class JobState(enum.Enum):
         return self in (JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
 
 
+# Slurm's IS_JOB_FINISHED: every base state after SUSPENDED, PREEMPTED included (a job preempted
+# with PreemptMode=CANCEL ends PREEMPTED; one requeued by preemption shows PENDING instead).
 FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED,
-                             JobState.TIMEOUT, JobState.NODE_FAIL, JobState.BOOT_FAIL,
-                             JobState.DEADLINE, JobState.OUT_OF_MEMORY})
+                             JobState.TIMEOUT, JobState.NODE_FAIL, JobState.PREEMPTED,
+                             JobState.BOOT_FAIL, JobState.DEADLINE, JobState.OUT_OF_MEMORY})
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class SlurmJob:
     gres_detail: tuple[str, ...] = ()  # allocated gres, e.g. ("gpu:3(IDX:0-2)",); empty while pending
     end_time: float | None = None    # Unix seconds, for finished / COMPLETING jobs (else None)
     required_nodes: str = ""         # the job's required node list (ReqNodeList), "" = none
+    array_job_id: int = 0            # the array's id for a job array's record, else 0
+    het_job_id: int = 0              # the leader's id for a heterogeneous job's component, else 0
+    unreadable: str = ""             # a field Slurm gave in a form we cannot read (GPU request)
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -111,6 +117,16 @@ class SlurmJob:
         """GPUs the job holds or asks for in total."""
         return self.gpus_per_job or self.gpus_per_node * max(1, self.nodes)
 
+    @property
+    def admin_held(self) -> bool:
+        """Held (priority 0) by an administrator (`scontrol hold`: Reason=JobHeldAdmin, also on a
+        running job), or by Slurm after a special exit (RequeueExitHold: SPECIAL_EXIT). The
+        daemon's own holds are user holds (`scontrol uhold`, the plugin's submit hold,
+        `requeuehold`: JobHeldUser), so this is never one of its own."""
+        if self.state.finished or self.priority != 0:
+            return False
+        return self.reason == ADMIN_HOLD_REASON or "SPECIAL_EXIT" in self.state_flags
+
 
 @dataclass(frozen=True)
 class SlurmNode:
@@ -122,8 +138,23 @@ class SlurmNode:
 
     @property
     def usable(self) -> bool:
-        bad = ("down", "drain", "fail", "inval", "unknown", "not_responding")
-        return not any(b in self.state.lower() for b in bad)
+        """Whether a job released now may start here: no token of the state ("idle+drain",
+        "mixed+maintenance", "idle+powered_down") is in `UNUSABLE_NODE_STATES`. Matched token by
+        token: a powered-down node (power saving) is usable, Slurm boots it for the job."""
+        tokens = {t.strip("*~#!%$@^-") for t in self.state.lower().split("+")}
+        return not tokens & UNUSABLE_NODE_STATES
+
+
+# Node state tokens (base states and flags of sinfo's JSON, lower case; 22.05 .. 25.11) on which
+# Slurm starts no job that does not ask for them: down, drained or draining, failing, invalid,
+# not responding, in a maintenance or advanced reservation, being rebooted or powered down
+# (POWER_DOWN: asked to power down; POWERING_DOWN), or not yet present (FUTURE). POWERED_DOWN
+# (power saving) and POWERING_UP are usable: Slurm boots the node for the job. Sinfo's text
+# suffixes ("down*", "idle~") are stripped.
+UNUSABLE_NODE_STATES = frozenset({
+    "down", "drain", "drained", "draining", "fail", "failing", "inval", "invalid",
+    "invalid_reg", "unknown", "not_responding", "no_respond", "maint", "maintenance",
+    "reserved", "resv", "reboot_issued", "power_down", "powering_down", "future"})
 
 
 @dataclass(frozen=True)

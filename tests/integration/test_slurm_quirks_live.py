@@ -132,12 +132,33 @@ def test_the_test_cluster_starts_released_jobs_without_slurms_batch_delay(slurm_
 
 
 def test_a_hold_leaves_a_running_job_running(jobs):
-    """`scontrol hold` on a job Slurm has just started (22.05: rc 0, priority 0, Reason
-    JobHeldAdmin) does not stop it: the daemon must read which held jobs run and requeuehold
-    them itself."""
+    """`scontrol uhold` (the daemon's hold) on a job Slurm has just started (rc 0, priority 0,
+    Reason JobHeldUser) does not stop it: the daemon must read which held jobs run and
+    requeuehold them itself."""
     job_id = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1")
     _scontrol("release", str(job_id))
     _wait(job_id, lambda j: j.state is JobState.RUNNING, "RUNNING")
-    subprocess.run(["scontrol", "hold", str(job_id)], capture_output=True, timeout=30)
+    subprocess.run(["scontrol", "uhold", str(job_id)], capture_output=True, timeout=30)
     time.sleep(2)
-    assert _job(job_id).state is JobState.RUNNING
+    held = _job(job_id)
+    assert held.state is JobState.RUNNING and held.priority == 0, held
+    assert held.reason == "JobHeldUser" and not held.admin_held, held
+
+
+def test_the_daemons_hold_is_a_user_hold_and_turns_an_admin_hold_into_one(jobs):
+    """Root's `scontrol uhold` gives JobHeldUser (the daemon's holds), root's `scontrol hold`
+    JobHeldAdmin (an administrator's, which the daemon leaves alone); `uhold` on an
+    admin-held job makes it a user hold (how the daemon takes back the holds its versions
+    before 2026-11-29 made with `hold`). `--begin` keeps it pending between the holds."""
+    job_id = _sbatch(jobs, "-p", "gpu", "--gres=gpu:1", "--begin=now+3600")
+    _scontrol("release", str(job_id))
+    _scontrol("uhold", str(job_id))
+    user = _job(job_id)
+    assert user.priority == 0 and user.reason == "JobHeldUser" and not user.admin_held, user
+    _scontrol("release", str(job_id))
+    _scontrol("hold", str(job_id))
+    admin = _job(job_id)
+    assert admin.priority == 0 and admin.reason == "JobHeldAdmin" and admin.admin_held, admin
+    _scontrol("uhold", str(job_id))
+    back = _job(job_id)
+    assert back.priority == 0 and back.reason == "JobHeldUser" and not back.admin_held, back
