@@ -7,16 +7,21 @@ store (the store stays independent of `sim/`).
 from __future__ import annotations
 
 import json
+import time
 from typing import Sequence
 
 import click
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from ..model import JobSpec
 from ..sim.run import SimResult
 from ..store import StoreError, current_revision, make_engine, open_store, upgrade
 from ..store import repository as repo
+from ..masking import mask
+from ..store.database import describe
 from ..store.ddl import DIALECTS, generate_ddl
+from .options import FiniteFloat
 
 DB_HELP = ("Store URL: a SQLite file path, sqlite:///PATH, or "
            "postgresql+psycopg://USER@HOST[:PORT]/DB.")
@@ -41,6 +46,34 @@ def db_upgrade(url: str) -> None:
         click.echo(f"store already at schema revision {after}")
     else:
         click.echo(f"store upgraded from {before or 'empty'} to schema revision {after}")
+
+
+@db_group.command("prune")
+@click.option("--db", "url", required=True, help=DB_HELP)
+@click.option("--older-than", "days", type=FiniteFloat(0.04, 36_500), required=True,
+              metavar="DAYS", help="Delete the training reports older than this many days "
+              "(at least 0.04, about an hour), but each job's latest.")
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+def db_prune(url: str, days: float, dry_run: bool) -> None:
+    """Thin the training reports: throughput samples and progress events older than DAYS go,
+    but each job's latest progress event and its latest sample per batch size (what the daemon
+    plans with and `status` shows); jobs, rounds, epochs and checkpoints stay."""
+    from ..store.retention import DAY_S, prune_reports
+
+    try:
+        engine = open_store(url)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        pruned = prune_reports(engine, time.time() - days * DAY_S, dry_run=dry_run)
+    except SQLAlchemyError as exc:
+        raise click.ClickException(f"cannot prune the store: {type(exc).__name__}: "
+                                   f"{mask(describe(exc))[:300]}") from None
+    finally:
+        engine.dispose()
+    click.echo(f"{'would delete' if dry_run else 'deleted'} {pruned.throughput_samples} "
+               f"throughput samples and {pruned.progress_events} progress events older than "
+               f"{days:g} days (each job's latest kept)")
 
 
 @db_group.command("ddl")
