@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from shockslurm.live.cluster import SlurmCluster
+from shockslurm.live import enact as en
 from shockslurm.live.enact import ChurnLimits, diff, stop_steps
 from shockslurm.model import RoundPlan
 from shockslurm.slurm.parse import parse_squeue
@@ -295,14 +296,22 @@ def test_requeue_states_map_to_pending_and_final_ones_are_finished():
                                             "OUT_OF_MEMORY"))
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: the user's own ReqNodeList is not told "
-                   "apart from the daemon's pin (needs it recorded at submit)")
-def test_a_users_own_nodelist_is_not_replaced_by_a_pin():
-    """`sbatch -w gpu03` (held by the plugin, never released): the pin replaces the user's
-    required node list with the plan's node."""
-    users = replace(job(1), required_nodes="gpu03")
-    e = diff(RoundPlan(frozenset({1})), [users], pins={1: ("gpu01",)})
-    assert not any(u.nodes for u in e.updates)
+@pytest.mark.parametrize("limits", [
+    {"admin_comment": "shock:req=gres:gpu:2;shock:nodes=gpu03", "required_nodes": "gpu03"},
+    {"excluded_nodes": "gpu01"},
+    {"features": "a100"},
+])
+def test_a_job_with_the_users_own_node_limits_is_never_pinned(limits):
+    """`sbatch -w gpu03` (recorded by job_submit.lua: the pin would replace it), `--exclude` or
+    `--constraint` (a pin could contradict them): released unpinned, Slurm keeps the user's
+    limits (before: pinned to the plan's node, replacing the user's list)."""
+    users = replace(job(1), **limits)
+    assert users.node_constraints
+    placement = {1: (("gpu01", 2),)}
+    assert en.pin_nodes(placement, [users]) == {}
+    e = diff(RoundPlan(frozenset({1})), [users], pins=en.pin_nodes(placement, [users]))
+    assert e.start == (1,) and not any(u.nodes for u in e.updates)
+    assert en.pin_nodes(placement, [job(1)]) == {1: ("gpu01",)}      # without: pinned
 
 
 # --------------------------------------------------------------------------- upgrading
@@ -312,8 +321,6 @@ def test_the_admin_holds_an_earlier_daemon_made_become_user_holds_at_start(engin
     leaves alone as an administrator's. At start the store says which of those holds were its
     own; the first round makes them, with one journalled `scontrol uhold`, the user holds it
     holds with now, and a later round releases them; an administrator's own hold stays."""
-    from shockslurm.live import enact as en
-
     from .test_crash_safety import Backend, daemon, intents, round_
 
     b = Backend([job(5, priority=1000, reason="Resources"), job(7, priority=1000,
@@ -337,3 +344,19 @@ def test_the_admin_holds_an_earlier_daemon_made_become_user_holds_at_start(engin
     round_(d2, {5, 7, 9})
     assert releases(b) == [("scontrol", "release", "5,7")], b.log
     assert "own_admin_holds" not in daemon(engine, b).reconcile()   # nothing left to convert
+
+
+def test_a_job_cancelled_while_still_completing_is_not_requeued():
+    """23.02+ list the states: ["CANCELLED", "COMPLETING"] is COMPLETING (it still holds its
+    GPUs) that ends CANCELLED; a stopped job so shown is not requeued (before: the CANCELLED was
+    dropped and the job requeued against its user's scancel)."""
+    from shockslurm.live.stops import not_done_before_signal
+    from shockslurm.slurm.states import parse_job_state
+    state, flags = parse_job_state(["CANCELLED", "COMPLETING"])
+    assert state is JobState.COMPLETING and "CANCELLED" in flags
+    assert parse_job_state(["RUNNING", "COMPLETING"])[1] == {"COMPLETING"}
+    cancelling = replace(job(1, JobState.RUNNING), state=state, state_flags=flags)
+    exiting = replace(job(2, JobState.RUNNING), state=JobState.COMPLETING,
+                      state_flags=frozenset({"COMPLETING"}))
+    keep, done = not_done_before_signal([1, 2], {1: 900.0, 2: 900.0}, [cancelling, exiting])
+    assert keep == [2] and done == {1}

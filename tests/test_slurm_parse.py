@@ -140,7 +140,7 @@ def test_live_22_05_nodes():
     (["PENDING", "REQUEUED"], JobState.PENDING, {"REQUEUED"}),    # 23.02+: lists
     (["RUNNING", "REQUEUED"], JobState.RUNNING, {"REQUEUED"}),
     (["PENDING", "REQUEUE_HOLD"], JobState.PENDING, {"REQUEUE_HOLD"}),
-    (["COMPLETED", "COMPLETING"], JobState.COMPLETING, {"COMPLETING"}),
+    (["COMPLETED", "COMPLETING"], JobState.COMPLETING, {"COMPLETING", "COMPLETED"}),
     (["RUNNING", "CONFIGURING"], JobState.RUNNING, {"CONFIGURING"}),
 ])
 def test_state_table(value, state, flags):

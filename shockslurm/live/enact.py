@@ -192,12 +192,14 @@ def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> 
     """The nodes each placed managed job is to be pinned to (`ReqNodeList=`): only where the
     placement's shape is the job's own, i.e. as many nodes as the job asks (`nodes`), or at
     least as many for a `--gpus` job (Slurm raises its node count to the list, verified on
-    22.05); any other job is released unpinned, as before placement."""
+    22.05); any other job is released unpinned, as before placement, and so is a job with the
+    user's own limits on its nodes (`SlurmJob.node_constraints`: `-w`, `--exclude`,
+    `--constraint`), which a pin would replace or contradict."""
     managed = active_managed(jobs)
     out: dict[int, tuple[str, ...]] = {}
     for job_id, shares in placement.items():
         job = managed.get(job_id)
-        if job is None or not shares:
+        if job is None or not shares or job.node_constraints:
             continue
         names = tuple(n for n, _ in shares)
         asked = max(1, job.nodes)

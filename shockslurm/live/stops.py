@@ -35,6 +35,14 @@ ENDED_BY_OTHERS = frozenset({JobState.CANCELLED, JobState.TIMEOUT, JobState.DEAD
                              JobState.OUT_OF_MEMORY})
 
 
+def ended_by_others(job: SlurmJob) -> bool:
+    """Ended (or ending: COMPLETING with its final state among the flags, 23.02+) in a state of
+    `ENDED_BY_OTHERS`."""
+    return job.state in ENDED_BY_OTHERS or (
+        job.state is JobState.COMPLETING
+        and any(s.value in job.state_flags for s in ENDED_BY_OTHERS))
+
+
 def ended_before(job: SlurmJob, t: float) -> bool:
     """Whether Slurm shows `job` ended (finished or completing) in a second before `t`."""
     return ((job.state.finished or job.state is JobState.COMPLETING)
@@ -96,6 +104,5 @@ def not_done_before_signal(job_ids: Sequence[int], sent_at: Mapping[int, float],
     cancelled, timed out, ...), are left out."""
     by_id = {j.job_id: j for j in now}
     done = {j for j in job_ids if j in by_id and (
-        by_id[j].state in ENDED_BY_OTHERS
-        or (j in sent_at and ended_before(by_id[j], sent_at[j])))}
+        ended_by_others(by_id[j]) or (j in sent_at and ended_before(by_id[j], sent_at[j])))}
     return [j for j in job_ids if j not in done], done

@@ -122,6 +122,8 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         required_nodes=text(rec.get("required_nodes"), ctx, "required_nodes"),
         array_job_id=number(rec.get("array_job_id"), ctx, "array_job_id") or 0,
         het_job_id=number(rec.get("het_job_id"), ctx, "het_job_id") or 0,
+        excluded_nodes=text(rec.get("excluded_nodes"), ctx, "excluded_nodes"),
+        features=text(rec.get("features"), ctx, "features"),
         raw=rec,
     )
 

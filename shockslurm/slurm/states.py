@@ -70,8 +70,9 @@ def parse_job_state(value: str | Iterable[str], *, job_id: object = None
     """Map one Slurm job-state value (a string or a list of strings) to (state, flags).
 
     The base state wins, except that COMPLETING (a job holding GPUs while it winds down)
-    overrides a finished base state. Unknown strings are logged and ignored; if nothing is
-    recognised the state is UNKNOWN.
+    overrides a finished base state, which is then kept among the flags (23.02+ list it:
+    ["CANCELLED", "COMPLETING"] is COMPLETING with the flag CANCELLED: how the job ends).
+    Unknown strings are logged and ignored; if nothing is recognised the state is UNKNOWN.
     """
     tokens = [value] if isinstance(value, str) else list(value)
     base: JobState | None = None
@@ -88,6 +89,8 @@ def parse_job_state(value: str | Iterable[str], *, job_id: object = None
         else:
             log.warning("job %s: unknown Slurm job state %r, treated as UNKNOWN", job_id, raw)
     if "COMPLETING" in flags:
+        if base is not None and base.finished:
+            flags.add(base.value)
         return JobState.COMPLETING, frozenset(flags)
     if base is None:
         implied = [s for s in (STATE_FLAGS[f] for f in sorted(flags)) if s is not None]

@@ -15,6 +15,9 @@ MANAGED_TAG = "shock:managed"
 SPEC_PREFIX = "shock:spec="
 TAG_BLANKS = " \t\r\n\v\f"      # what has_managed_tag strips: exactly Lua's %s
 ADMIN_HOLD_REASON = "JobHeldAdmin"  # squeue's state_reason of an operator's `scontrol hold`
+# job_submit.lua records a user's own required node list (`sbatch -w`) in the admin comment,
+# which users cannot change: the daemon's pins (ReqNodeList) would otherwise hide it.
+USER_NODES_KEY = "shock:nodes="
 
 
 def has_managed_tag(comment: str) -> bool:
@@ -102,6 +105,8 @@ class SlurmJob:
     array_job_id: int = 0            # the array's id for a job array's record, else 0
     het_job_id: int = 0              # the leader's id for a heterogeneous job's component, else 0
     unreadable: str = ""             # a field Slurm gave in a form we cannot read (GPU request)
+    excluded_nodes: str = ""         # the user's --exclude, "" = none
+    features: str = ""               # the user's --constraint, "" = none
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -116,6 +121,24 @@ class SlurmJob:
     def gpus(self) -> int:
         """GPUs the job holds or asks for in total."""
         return self.gpus_per_job or self.gpus_per_node * max(1, self.nodes)
+
+    @property
+    def user_nodes(self) -> str:
+        """The node list the user asked for at submission (`sbatch -w`), as job_submit.lua
+        recorded it (`USER_NODES_KEY` in the admin comment), or ""."""
+        for part in self.admin_comment.split(";"):
+            if part.startswith(USER_NODES_KEY):
+                return part[len(USER_NODES_KEY):]
+        return ""
+
+    @property
+    def node_constraints(self) -> str:
+        """The user's own limits on where the job runs (`-w`, `--exclude`, `--constraint`), in
+        words, or "": the daemon releases such a job unpinned (`enact.pin_nodes`), so that a pin
+        neither replaces nor contradicts them."""
+        given = (("-w", self.user_nodes), ("--exclude", self.excluded_nodes),
+                 ("--constraint", self.features))
+        return " ".join(f"{option} {value}" for option, value in given if value)
 
     @property
     def admin_held(self) -> bool:

@@ -132,6 +132,23 @@ def test_gpu_job_is_tagged_and_held(slurm_cluster, user, jobs) -> None:
     assert job.held and job.reason == "JobHeldUser"
 
 
+def test_the_users_own_node_list_is_recorded_where_pins_do_not_reach(slurm_cluster, user,
+                                                                      jobs) -> None:
+    """`-w gpu03`: the plugin records it in the admin comment (the daemon's pin replaces
+    ReqNodeList), so the daemon knows the limits are the user's and never pins the job."""
+    job_id, _ = _sbatch("--gres=gpu:2", "-w", "gpu03", "--wrap", "sleep 30", user=user)
+    jobs.append(job_id)
+    job = _job(job_id)
+    assert job.admin_comment.endswith(";shock:nodes=gpu03"), job.admin_comment
+    assert job.user_nodes == "gpu03" and job.required_nodes == "gpu03"
+    assert job.node_constraints == "-w gpu03"
+    plain, _ = _sbatch("--gres=gpu:2", "--exclude=gpu01", "--wrap", "sleep 30", user=user)
+    jobs.append(plain)
+    excluded = _job(plain)
+    assert excluded.user_nodes == "" and excluded.excluded_nodes == "gpu01", excluded
+    assert excluded.node_constraints == "--exclude gpu01"
+
+
 def test_cpu_jobs_and_unmanaged_partitions_are_untouched(slurm_cluster, user, jobs) -> None:
     cpu, _ = _sbatch("--wrap", "sleep 1", user=user)
     urgent, _ = _sbatch("-p", "urgent", "--gres=gpu:1", "--wrap", "sleep 1", user=user)

@@ -77,9 +77,13 @@ def test_a_released_gang_starts_on_its_planned_node_in_one_pass(tmp_path: Path, 
     try:
         fillers = {}
         for node in nodes:            # one 1-GPU job per node: no node has 8 GPUs free
-            jid = _sbatch(tmp_path, "--gres=gpu:1", f"--nodelist={node}")
+            jid = _sbatch(tmp_path, "--gres=gpu:1")
             ours.append(jid)
             fillers[jid] = node
+            # pinned by the operator, as the daemon pins: a user's own `--nodelist` is never
+            # moved (job_submit.lua records it, `SlurmJob.node_constraints`)
+            subprocess.run(["scontrol", "update", f"JobId={jid}", f"ReqNodeList={node}"],
+                           check=True, capture_output=True, timeout=30)
         big = _sbatch(tmp_path, "--gres=gpu:8")
         ours.append(big)
         subprocess.run(["scontrol", "release", ",".join(map(str, fillers))], check=True,

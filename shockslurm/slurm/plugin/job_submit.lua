@@ -11,8 +11,10 @@ At submit (every user, operators included):
     tagged and held: its comment keeps the user's parts and ends in the exact token
     ";shock:managed" (a tag-like part such as " shock:managed" is replaced by it, so the daemon
     finds the exact token whichever way it strips), admin_comment records the request
-    ("shock:req=<tres_per_node or tres_per_job>"), and priority 0 holds it. The daemon releases it
-    when the market gives it GPUs.
+    ("shock:req=<tres_per_node or tres_per_job>", and ";shock:nodes=<list>" when the user asked
+    for nodes with -w: the daemon's pins replace ReqNodeList, so it is kept where users cannot
+    change it, and the daemon never pins such a job), and priority 0 holds it. The daemon
+    releases it when the market gives it GPUs.
   * Refused: a GPU job listing managed and unmanaged partitions together (it could run in the
     managed one untagged); a GPU job of a managed partition asking for GPUs per task or per socket
     (--gpus-per-task, --gpus-per-socket: the daemon sizes jobs from per-node or per-job GPUs only);
@@ -146,6 +148,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    end
    job_desc.comment = with_tag(job_desc.comment)
    job_desc.admin_comment = "shock:req=" .. (job_desc.tres_per_node or job_desc.tres_per_job or "")
+   -- the user's own node list (-w): the daemon's pins replace ReqNodeList, so it is kept here,
+   -- where a user cannot change it, and the daemon never pins such a job
+   if type(job_desc.req_nodes) == "string" and job_desc.req_nodes ~= "" then
+      job_desc.admin_comment = job_desc.admin_comment .. ";shock:nodes=" .. job_desc.req_nodes
+   end
    job_desc.priority = 0
    slurm.log_user("shockslurm: job tagged and held for the meta-scheduler")
    return slurm.SUCCESS
