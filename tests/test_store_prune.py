@@ -132,3 +132,31 @@ def test_prune_refuses_a_missing_store_and_a_bad_age(tmp_path) -> None:
         out = CliRunner().invoke(cli, ["db", "prune", "--db", str(tmp_path / "s.db"),
                                        "--older-than", bad])
         assert out.exit_code == 2 and "--older-than" in out.output, (bad, out.output)
+
+
+def test_prune_takes_the_store_from_the_daemons_configuration(tmp_path, monkeypatch) -> None:
+    """Without --db, the daemon's configuration names the store (`--config`, as the systemd
+    timer runs it); with neither, a usage error."""
+    db = tmp_path / "s.db"
+    _fill(str(db))
+    config = tmp_path / "d.toml"
+    config.write_text(f'[daemon]\ndb = "{db}"\n')
+    monkeypatch.delenv("SHOCKSLURM_CONFIG", raising=False)
+    monkeypatch.delenv("SHOCKSLURM_DB", raising=False)
+    out = CliRunner().invoke(cli, ["db", "prune", "--config", str(config), "--older-than", "2"])
+    assert out.exit_code == 0 and "deleted 384 throughput samples" in out.output, out.output
+    monkeypatch.setattr("shockslurm.siteconfig.DEFAULT_PATH", tmp_path / "none.toml")
+    bare = CliRunner().invoke(cli, ["db", "prune", "--older-than", "2"])
+    assert bare.exit_code == 2 and "give --db URL" in bare.output, bare.output
+
+
+def test_the_prune_timer_runs_the_command_as_documented() -> None:
+    from .conftest import REPO
+    unit = (REPO / "contrib" / "systemd" / "shockslurm-prune.service").read_text()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    args = exec_start.split("shockslurm ", 1)[1].split()
+    assert args[:2] == ["db", "prune"]
+    result = CliRunner().invoke(cli, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "OnCalendar=daily" in (REPO / "contrib" / "systemd" /
+                                  "shockslurm-prune.timer").read_text()

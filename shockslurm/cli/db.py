@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Sequence
 
 import click
@@ -21,6 +22,7 @@ from ..store import repository as repo
 from ..masking import mask
 from ..store.database import describe
 from ..store.ddl import DIALECTS, generate_ddl
+from .daemon_config import config_option, found_daemon_config
 from .options import FiniteFloat
 
 DB_HELP = ("Store URL: a SQLite file path, sqlite:///PATH, or "
@@ -49,17 +51,24 @@ def db_upgrade(url: str) -> None:
 
 
 @db_group.command("prune")
-@click.option("--db", "url", required=True, help=DB_HELP)
+@click.option("--db", "url", default=None, help=DB_HELP + " Default: the config's [daemon] db.")
+@config_option("its db")
 @click.option("--older-than", "days", type=FiniteFloat(0.04, 36_500), required=True,
               metavar="DAYS", help="Delete the training reports older than this many days "
               "(at least 0.04, about an hour), but each job's latest.")
 @click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
-def db_prune(url: str, days: float, dry_run: bool) -> None:
+def db_prune(url: str | None, config_path: Path | None, days: float, dry_run: bool) -> None:
     """Thin the training reports: throughput samples and progress events older than DAYS go,
     but each job's latest progress event and its latest sample per batch size (what the daemon
     plans with and `status` shows); jobs, rounds, epochs and checkpoints stay."""
     from ..store.retention import DAY_S, prune_reports
 
+    if url is None:
+        cfg = found_daemon_config(config_path)
+        if cfg is None:
+            raise click.UsageError("give --db URL, or the daemon's configuration (--config, "
+                                   "$SHOCKSLURM_CONFIG or /etc/shockslurm/shockslurm.toml)")
+        url = cfg.db
     try:
         engine = open_store(url)
     except StoreError as exc:

@@ -16,7 +16,6 @@ since TIME`: the daemon holding the store's leader lock (`store/leader.py`), the
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -26,6 +25,7 @@ import click
 from ..errors import ShockslurmError
 from ..siteconfig import DEFAULT_CLUSTER
 from ..slurm.types import SlurmJob
+from .daemon_config import config_option, found_daemon_config
 from .db import DB_HELP
 
 if TYPE_CHECKING:
@@ -51,21 +51,6 @@ def collect(jobs: Sequence[SlurmJob], db_url: str | None, cluster: str, *,
     return status_rows(ours, store, time.time() if now is None else now), store
 
 
-def _daemon_config(cli_path: Path | None) -> DaemonConfig | None:
-    """The daemon's configuration, found as the daemon finds it (`--config`, else
-    `$SHOCKSLURM_CONFIG`, else the default path), with its environment overrides; None when
-    neither option nor variable names one and the default file does not exist."""
-    from ..ops.config import CONFIG_ENV, config_path, load_config
-
-    path = config_path(cli_path, os.environ)
-    if cli_path is None and not os.environ.get(CONFIG_ENV) and not path.exists():
-        return None
-    try:
-        return load_config(path, os.environ)
-    except ShockslurmError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
 def read_slurm() -> list[SlurmJob]:
     from ..slurm.cli_backend import CliBackend
 
@@ -76,10 +61,7 @@ def read_slurm() -> list[SlurmJob]:
 @click.option("--db", "db_url", default=None,
               help=DB_HELP + " Default: the config file's [daemon] db; without either, progress "
                              "and forecasts show '-'.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The daemon's TOML config (its db, cluster name and partitions). Default, "
-                   "as the daemon: $SHOCKSLURM_CONFIG, else /etc/shockslurm/shockslurm.toml "
-                   "when it exists.")
+@config_option("its db, cluster name and partitions")
 @click.option("--cluster", default=None,
               help=f"Cluster name specs are registered under (default: the config's, else "
                    f"{DEFAULT_CLUSTER!r}).")
@@ -88,7 +70,7 @@ def status_cmd(db_url: str | None, config_path: Path | None, cluster: str | None
                as_json: bool) -> None:
     """Managed jobs: state, GPUs, epochs done, forecast remaining, rho estimate, preemptions."""
     partitions = None
-    cfg = _daemon_config(config_path)
+    cfg = found_daemon_config(config_path)
     if cfg is not None:
         db_url = db_url or cfg.db
         cluster = cluster or cfg.cluster
