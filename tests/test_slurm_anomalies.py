@@ -360,3 +360,23 @@ def test_a_job_cancelled_while_still_completing_is_not_requeued():
                       state_flags=frozenset({"COMPLETING"}))
     keep, done = not_done_before_signal([1, 2], {1: 900.0, 2: 900.0}, [cancelling, exiting])
     assert keep == [2] and done == {1}
+
+
+def test_a_user_hold_put_after_an_earlier_daemons_release_is_left_alone(engine):
+    """The daemon released job 4, was restarted, and meanwhile an administrator put a user hold
+    on it (`scontrol uhold`: JobHeldUser, as the daemon's own holds). The store's last command
+    on the job is the release, so the hold is someone else's: left alone, never released
+    (before: only the process that released it knew)."""
+    from .test_crash_safety import Backend, daemon, round_
+
+    b = Backend([job(4)])
+    round_(daemon(engine, b), {4})                        # the first daemon releases job 4
+    assert releases(b) == [("scontrol", "release", "4")]
+    b._jobs = [job(4, priority=0, reason="JobHeldUser")]  # an administrator's uhold since
+    b.log.clear()
+    d2 = daemon(engine, b)
+    assert d2.reconcile()["held_by_others_after_release"] == 1
+    round_(d2, {4})
+    assert releases(b) == [] and (4, 1004.0) in d2.cluster.aside, b.log
+    b._jobs = [job(5)]                                     # a job the daemon never released
+    assert "held_by_others_after_release" not in daemon(engine, b).reconcile()

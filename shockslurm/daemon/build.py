@@ -88,17 +88,32 @@ class Daemon:
             cluster.first_submit.seed(by_id[job_id], first)
         jobs = cluster._canonical(jobs)
         counts = self.journal.reconcile(jobs, time.time() if now is None else now)
-        held = [j for j in jobs if cluster._tagged(j) and j.state is JobState.PENDING
-                and j.admin_held and "SPECIAL_EXIT" not in j.state_flags]
-        if held:          # the administrator's holds an earlier daemon put on its jobs
-            cluster.own_admin_holds = set(self.journal.own_admin_holds(held))
-            if cluster.own_admin_holds:
-                counts["own_admin_holds"] = len(cluster.own_admin_holds)
+        counts.update(self._whose_holds(jobs))
         if any(counts.values()):
             log.info("reconciled the store with Slurm: %s", ", ".join(
                 f"{k}={v}" for k, v in counts.items()),
                 extra={"fields": {"event": "reconcile", **counts}})
         return counts
+
+    def _whose_holds(self, jobs: list[SlurmJob]) -> dict[str, int]:
+        """Whose hold each held job of ours shows, from the store's last hold, release or
+        requeuehold of it (what this process would otherwise have in memory): an
+        administrator's `hold` an earlier daemon made (`own_admin_holds`: made a user hold in
+        the first round), and a user hold put on a job the daemon had released (someone
+        else's: left alone, `SlurmActions._released_by_us`). Counts for the log."""
+        assert self.journal is not None
+        cluster = self.cluster
+        held = [j for j in jobs if cluster._tagged(j) and j.held
+                and "SPECIAL_EXIT" not in j.state_flags]
+        last = self.journal.last_hold_commands(held) if held else {}
+        by_id = {j.job_id: j for j in held}
+        cluster.own_admin_holds = {j for j, argv in last.items() if by_id[j].admin_held
+                                   and argv == ("scontrol", "hold")}
+        others = {j: by_id[j].submit_time for j, argv in last.items()
+                  if not by_id[j].admin_held and argv[1:] == ("release",)}
+        cluster.remember_released(others)
+        return {k: v for k, v in (("own_admin_holds", len(cluster.own_admin_holds)),
+                                  ("held_by_others_after_release", len(others))) if v}
 
 
 def _policy_inputs(cfg: DaemonConfig) -> tuple[str, PolicySettings]:

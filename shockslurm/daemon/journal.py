@@ -210,20 +210,21 @@ class StoreJournal:
                 .order_by(r.EnactmentIntent.created_at, r.EnactmentIntent.id))
 
     @_store("read the daemon's earlier holds")
-    def own_admin_holds(self, jobs: Sequence[SlurmJob]) -> list[int]:
-        """Of `jobs` (held by an administrator's hold, JobHeldAdmin), those whose latest done
-        hold, release or requeuehold in this cluster's live runs is the daemon's own `scontrol
-        hold`: daemons before 2026-11-29 held with it, an administrator's hold since."""
+    def last_hold_commands(self, jobs: Sequence[SlurmJob]) -> dict[int, tuple[str, ...]]:
+        """Each of `jobs`' latest done hold, release or requeuehold in this cluster's live runs,
+        as its command (`("scontrol", "uhold")`...): whose the hold a job shows now is. After a
+        `release`, a hold is someone else's; `("scontrol", "hold")` is the administrator's hold
+        daemons before 2026-11-29 held with."""
         wanted = {j.job_id: j.submit_time for j in jobs}
         if not wanted:
-            return []
+            return {}
         latest: dict[int, tuple[str, ...]] = {}
         with Session(self.engine) as s:
             for job_id, submit_s, intent in self._live_rows(s, wanted):   # oldest first
                 if submit_s == wanted.get(job_id) and intent.return_code == 0 and \
                         intent.action in ("hold", "release", "requeuehold"):
                     latest[job_id] = tuple(intent.argv[:2])
-        return sorted(j for j, argv in latest.items() if argv == ("scontrol", "hold"))
+        return latest
 
     @_store("read the first submit times")
     def first_submits(self, jobs: Sequence[SlurmJob]) -> Mapping[int, float]:

@@ -164,6 +164,11 @@ class SlurmActions:
                         extra={"fields": {"event": "own_admin_holds", "jobs": ids,
                                           "ok": result.ok}})
 
+    def remember_released(self, released: Mapping[int, float]) -> None:
+        """Jobs {id: submit time} an earlier incarnation released, as the store says (the
+        daemon's start): a user hold one of them shows is someone else's (`_hands_off`)."""
+        self._released_by_us.update(released)
+
     def _note_released(self, job_ids: Sequence[int]) -> None:
         """Remember the jobs a release let go (by submit time, from the round's read)."""
         for job_id in job_ids:
