@@ -227,8 +227,9 @@ class SlurmActions:
     def _started_before_hold(self, job_ids: Sequence[int]) -> list[SlurmJob]:
         """The jobs of a hold that hold GPUs now (one fresh read): Slurm started them between
         the round's read and the hold (a release of an earlier round racing it). The hold
-        succeeds on a running job (Slurm 22.05: rc 0, priority 0, Reason=JobHeldAdmin, still
-        RUNNING), so they would run outside the plan on GPUs it gave to others."""
+        succeeds on a running job (Slurm 22.05: rc 0, priority 0, Reason=JobHeldUser for the
+        daemon's `uhold`, still RUNNING), so they would run outside the plan on GPUs it gave to
+        others."""
         wanted = set(job_ids)
         return [j for j in self._squeue() if j.job_id in wanted and j.state.holds_gpus]
 
