@@ -103,8 +103,7 @@ class Daemon:
         else's: left alone, `SlurmActions._released_by_us`). Counts for the log."""
         assert self.journal is not None
         cluster = self.cluster
-        held = [j for j in jobs if cluster._tagged(j) and j.held
-                and "SPECIAL_EXIT" not in j.state_flags]
+        held = [j for j in jobs if cluster._tagged(j) and j.held and not j.special_exit]
         last = self.journal.last_hold_commands(held) if held else {}
         by_id = {j.job_id: j for j in held}
         cluster.own_admin_holds = {j for j, argv in last.items() if by_id[j].admin_held

@@ -33,7 +33,6 @@ from ..slurm.types import CommandResult, JobState, SlurmBackend, SlurmError, Slu
 log = logging.getLogger("shockslurm.live.cluster")
 
 STOP_POLL_S = 0.5
-USER_HOLD_REASON = "JobHeldUser"
 # stderr of an action when slurmctld cannot be reached (or a CliBackend timeout): an outage.
 CONTROLLER_DOWN_RE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
@@ -93,7 +92,7 @@ class SlurmActions:
         process released that shows a user hold it did not make (`scontrol uhold` by an
         administrator)."""
         why = en.hands_off(job)
-        if why is None and job.held and job.reason == USER_HOLD_REASON and \
+        if why is None and job.user_held and \
                 self._released_by_us.get(job.job_id) == job.submit_time:
             return "held (JobHeldUser) by someone else after the daemon released it"
         return why

@@ -52,7 +52,7 @@ def hands_off(job: SlurmJob) -> str | None:
       heterogeneous job's component (its components start together): not supported;
     - a GPU request Slurm gave in a form the parser cannot read: its size is unknown."""
     if job.admin_held:
-        if "SPECIAL_EXIT" in job.state_flags:
+        if job.special_exit:
             return "held by Slurm after a special exit (RequeueExitHold)"
         return "held by an administrator (JobHeldAdmin)"
     if job.state is JobState.SUSPENDED:

@@ -22,7 +22,7 @@ from .. import limits
 from ..errors import InputError
 from ..model import ADAPTATION_MODES
 from ..workload.catalogue import CATALOGUE
-from ..slurm.types import SPEC_PREFIX, SlurmJob
+from ..slurm.types import SPEC_PREFIX, SlurmJob, tagged_value
 
 DEFAULT_EPOCH_SECONDS = 600.0     # a job that declares nothing: ten minutes per epoch
 DEFAULT_EPOCHS = 1
@@ -51,29 +51,27 @@ class LiveSpec:
 
 def has_spec(comment: str) -> bool:
     """Whether the comment carries a `shock:spec=` token (valid or not)."""
-    return any(part.startswith(SPEC_PREFIX) for part in comment.split(";"))
+    return tagged_value(comment, SPEC_PREFIX) is not None
 
 
 def spec_from_comment(comment: str) -> dict | None:
     """The JSON object after `shock:spec=` in a `;`-separated comment, None when there is no such
     token; raises `BadSpec` when there is one that is not a JSON object of bounded size."""
-    for part in comment.split(";"):
-        if not part.startswith(SPEC_PREFIX):
-            continue
-        text = part[len(SPEC_PREFIX):]
-        if len(text) > limits.MAX_SPEC_CHARS:
-            raise BadSpec(f"longer than {limits.MAX_SPEC_CHARS} characters ({len(text)})",
-                          source="comment", field="shock:spec")
-        try:
-            value = json.loads(text)
-        except (ValueError, RecursionError) as exc:    # RecursionError: [[[[... nested deep
-            raise BadSpec(f"not JSON ({type(exc).__name__})", source="comment",
-                          field="shock:spec") from None
-        if not isinstance(value, dict):
-            raise BadSpec(f"must be a JSON object, got {type(value).__name__}",
-                          source="comment", field="shock:spec")
-        return value
-    return None
+    text = tagged_value(comment, SPEC_PREFIX)
+    if text is None:
+        return None
+    if len(text) > limits.MAX_SPEC_CHARS:
+        raise BadSpec(f"longer than {limits.MAX_SPEC_CHARS} characters ({len(text)})",
+                      source="comment", field="shock:spec")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:    # RecursionError: [[[[... nested deep
+        raise BadSpec(f"not JSON ({type(exc).__name__})", source="comment",
+                      field="shock:spec") from None
+    if not isinstance(value, dict):
+        raise BadSpec(f"must be a JSON object, got {type(value).__name__}",
+                      source="comment", field="shock:spec")
+    return value
 
 
 def _ladder(raw: object, source: str) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ MANAGED_TAG = "shock:managed"
 SPEC_PREFIX = "shock:spec="
 TAG_BLANKS = " \t\r\n\v\f"      # what has_managed_tag strips: exactly Lua's %s
 ADMIN_HOLD_REASON = "JobHeldAdmin"  # squeue's state_reason of an operator's `scontrol hold`
+USER_HOLD_REASON = "JobHeldUser"    # of `scontrol uhold`, the plugin's submit hold, `--hold`
 # job_submit.lua records a user's own required node list (`sbatch -w`) in the admin comment,
 # which users cannot change: the daemon's pins (ReqNodeList) would otherwise hide it.
 USER_NODES_KEY = "shock:nodes="
@@ -28,6 +29,15 @@ def has_managed_tag(comment: str) -> bool:
     `x shock:managed`, `shock:managed2`, `xshock:managed` and a tag on a second line of the same
     part (`x\nshock:managed`) are not."""
     return any(part.strip(TAG_BLANKS) == MANAGED_TAG for part in comment.split(";"))
+
+
+def tagged_value(comment: str, prefix: str) -> str | None:
+    """The text after `prefix` in the first `;`-separated part of `comment` that starts with it
+    (`shock:spec=`, `shock:nodes=`), None when no part does."""
+    for part in comment.split(";"):
+        if part.startswith(prefix):
+            return part[len(prefix):]
+    return None
 
 
 class JobState(enum.Enum):
@@ -126,10 +136,7 @@ class SlurmJob:
     def user_nodes(self) -> str:
         """The node list the user asked for at submission (`sbatch -w`), as job_submit.lua
         recorded it (`USER_NODES_KEY` in the admin comment), or ""."""
-        for part in self.admin_comment.split(";"):
-            if part.startswith(USER_NODES_KEY):
-                return part[len(USER_NODES_KEY):]
-        return ""
+        return tagged_value(self.admin_comment, USER_NODES_KEY) or ""
 
     @property
     def node_constraints(self) -> str:
@@ -148,7 +155,18 @@ class SlurmJob:
         `requeuehold`: JobHeldUser), so this is never one of its own."""
         if self.state.finished or self.priority != 0:
             return False
-        return self.reason == ADMIN_HOLD_REASON or "SPECIAL_EXIT" in self.state_flags
+        return self.reason == ADMIN_HOLD_REASON or self.special_exit
+
+    @property
+    def special_exit(self) -> bool:
+        """Held by Slurm after a special exit (RequeueExitHold: the SPECIAL_EXIT flag)."""
+        return "SPECIAL_EXIT" in self.state_flags
+
+    @property
+    def user_held(self) -> bool:
+        """Pending under a user hold (JobHeldUser): the daemon's own, the plugin's, or one
+        someone put with `scontrol uhold`."""
+        return self.held and self.reason == USER_HOLD_REASON
 
 
 @dataclass(frozen=True)
