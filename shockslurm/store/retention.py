@@ -10,8 +10,10 @@ what `status` shows are the same before and after. Everything else stays: jobs, 
 plans, intents, every `epoch_done` event (the epochs' batch sizes, the forecast's history),
 batch-size changes and checkpoints.
 
-Rows go in batches of `BATCH_ROWS`, one transaction each, so that a daemon writing to the same
-store (SQLite takes one writer at a time) waits at most for one batch.
+Job by job: each job's rows to keep (a handful of ids) are found once, then its old rows go in
+batches of `BATCH_ROWS`, one transaction each, so that a daemon writing to the same store
+(SQLite takes one writer at a time) waits at most for one batch; every query is an index range
+of one job (revision 0005), never the whole table once per batch.
 """
 
 from __future__ import annotations
@@ -36,16 +38,35 @@ class Pruned:
     progress_events: int
 
 
-def _old_samples(cutoff_s: float) -> Any:
-    ts = ThroughputSample
-    kept = select(func.max(ts.id)).group_by(ts.job_pk, ts.batch_size)
-    return select(ts.id).where(ts.time_s < cutoff_s, ts.id.not_in(kept))
+@dataclass(frozen=True)
+class _Reports:
+    """One kind of report row: its table, the condition that picks it out, and the columns per
+    which each job's latest row is kept."""
+
+    table: Any
+    where: tuple[Any, ...]
+    latest_per: tuple[Any, ...]
 
 
-def _old_progress(cutoff_s: float) -> Any:
-    ev = JobEvent
-    kept = select(func.max(ev.id)).where(ev.kind == "progress").group_by(ev.job_pk)
-    return select(ev.id).where(ev.kind == "progress", ev.time_s < cutoff_s, ev.id.not_in(kept))
+SAMPLES = _Reports(ThroughputSample, (), (ThroughputSample.batch_size,))
+PROGRESS = _Reports(JobEvent, (JobEvent.kind == "progress",), ())
+
+
+def _jobs_with_old(engine: Engine, reports: _Reports, cutoff_s: float) -> list[int]:
+    t = reports.table
+    with Session(engine) as s:
+        return list(s.scalars(select(t.job_pk).where(t.time_s < cutoff_s, *reports.where)
+                              .distinct().order_by(t.job_pk)))
+
+
+def _old_of_job(engine: Engine, reports: _Reports, job_pk: int, cutoff_s: float) -> Any:
+    """The ids of one job's rows older than `cutoff_s`, but its latest (per `latest_per`)."""
+    t = reports.table
+    with Session(engine) as s:
+        kept = list(s.scalars(select(func.max(t.id)).where(t.job_pk == job_pk, *reports.where)
+                              .group_by(*reports.latest_per)))
+    return select(t.id).where(t.job_pk == job_pk, t.time_s < cutoff_s, t.id.not_in(kept),
+                              *reports.where)
 
 
 def _count(engine: Engine, ids: Any) -> int:
@@ -64,11 +85,17 @@ def _delete_in_batches(engine: Engine, table: Any, ids: Any) -> int:
         deleted += len(batch)
 
 
+def _prune(engine: Engine, reports: _Reports, cutoff_s: float, dry_run: bool) -> int:
+    total = 0
+    for job_pk in _jobs_with_old(engine, reports, cutoff_s):
+        ids = _old_of_job(engine, reports, job_pk, cutoff_s)
+        total += _count(engine, ids) if dry_run else _delete_in_batches(engine, reports.table,
+                                                                        ids)
+    return total
+
+
 def prune_reports(engine: Engine, cutoff_s: float, *, dry_run: bool = False) -> Pruned:
     """Delete the report rows older than `cutoff_s` (Unix seconds) that nothing reads (module
     docstring); with `dry_run`, count them only."""
-    samples, progress = _old_samples(cutoff_s), _old_progress(cutoff_s)
-    if dry_run:
-        return Pruned(_count(engine, samples), _count(engine, progress))
-    return Pruned(_delete_in_batches(engine, ThroughputSample, samples),
-                  _delete_in_batches(engine, JobEvent, progress))
+    return Pruned(_prune(engine, SAMPLES, cutoff_s, dry_run),
+                  _prune(engine, PROGRESS, cutoff_s, dry_run))
