@@ -38,18 +38,21 @@ def releases(b) -> list[tuple[str, ...]]:
     return [a for a in b.log if a[:2] == ("scontrol", "release")]
 
 
+def one_round(b, *planned: int) -> tuple[list[int], list[tuple[str, ...]]]:
+    """One round whose plan names `planned`: the jobs the policy was offered, the releases."""
+    c = cluster(b)
+    snap = c.observe(1000.0)
+    c.enact(plan(*planned), snap)
+    return [v.job_id for v in snap.jobs], releases(b)
+
+
 # --------------------------------------------------------------------------- holds
 def test_an_administrators_hold_is_never_released():
     """`scontrol hold` by an operator (Reason=JobHeldAdmin, priority 0): the job is not offered
     to the policy and a plan that names it anyway does not release it (before: released)."""
     admin = job(1, reason="JobHeldAdmin")
     assert diff(plan(1, 2), [admin, job(2)]).start == (2,)
-    b = FakeBackend([admin, job(2)])
-    c = cluster(b)
-    snap = c.observe(1000.0)
-    assert [v.job_id for v in snap.jobs] == [2]
-    c.enact(plan(1, 2), snap)
-    assert releases(b) == [("scontrol", "release", "2")]
+    assert one_round(FakeBackend([admin, job(2)]), 1, 2) == ([2], [("scontrol", "release", "2")])
 
 
 def test_a_running_job_an_administrator_held_is_not_stopped_and_keeps_its_gpus():
@@ -231,12 +234,8 @@ def test_job_arrays_and_heterogeneous_jobs_are_never_released():
                                            array_task_string="0-9")]})[0]
     het = parse_squeue({"jobs": [_record(job_id=61, het_job_id=60, het_job_offset=1)]})[0]
     assert array.managed and array.array_job_id == 50 and het.het_job_id == 60
-    b = FakeBackend([array, het, job(2)])
-    c = cluster(b)
-    snap = c.observe(1000.0)
-    assert [v.job_id for v in snap.jobs] == [2]
-    c.enact(plan(50, 61, 2), snap)
-    assert releases(b) == [("scontrol", "release", "2")]
+    assert one_round(FakeBackend([array, het, job(2)]), 50, 61, 2) == \
+        ([2], [("scontrol", "release", "2")])
 
 
 def test_one_unreadable_gpu_request_does_not_stop_the_read_of_every_job():
@@ -247,12 +246,7 @@ def test_one_unreadable_gpu_request_does_not_stop_the_read_of_every_job():
     bad, good = parse_squeue(doc)
     assert bad.unreadable.startswith("tres_per_node=") and bad.gpus == 0
     assert good.gpus_per_node == 2 and not good.unreadable
-    b = FakeBackend([bad, good])
-    c = cluster(b)
-    snap = c.observe(1000.0)
-    assert [v.job_id for v in snap.jobs] == [8]
-    c.enact(plan(7, 8), snap)
-    assert releases(b) == [("scontrol", "release", "8")]
+    assert one_round(FakeBackend([bad, good]), 7, 8) == ([8], [("scontrol", "release", "8")])
 
 
 def test_unknown_state_names_never_crash_and_are_never_acted_on():
