@@ -33,14 +33,14 @@ class Wakeup:
     def set(self) -> None:
         try:
             os.write(self._write, b"\0")
-        except (BlockingIOError, OSError):
-            pass            # a full pipe is already set; a closed one has nobody to wake
+        except OSError:     # full (BlockingIOError): already set; closed: nobody to wake
+            pass
 
     def clear(self) -> None:
         try:
             while os.read(self._read, 4096):
                 pass
-        except (BlockingIOError, OSError):
+        except OSError:     # drained (BlockingIOError), or closed
             pass
 
     def is_set(self) -> bool:
