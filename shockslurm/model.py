@@ -303,7 +303,10 @@ class Snapshot:
     outside the snapshot hold (another partition's, unmanaged ones). `pinned`: jobs released
     to start that hold no GPUs yet, and the nodes they will start on (the live daemon's, whose
     starts take Slurm a moment; none in the simulator, where a start is immediate); placement
-    keeps them there while those nodes have room.
+    keeps them there while those nodes have room. `allowed_nodes`: the nodes a job may run on,
+    for the jobs limited to some (on the live cluster: the nodes of its partition that its
+    user's `-w`, `--exclude` and `--constraint` leave it; a job not in it may run on any);
+    placement puts such a job on those only.
     """
 
     now: float
@@ -315,6 +318,7 @@ class Snapshot:
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
     reserved: Mapping[str, int] = field(default_factory=dict)
     pinned: Mapping[int, NodeShares] = field(default_factory=dict)
+    allowed_nodes: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
     @property
     def cluster_nodes(self) -> tuple[Node, ...]:

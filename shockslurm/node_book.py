@@ -59,34 +59,53 @@ class NodeBook:
         """True for a gang larger than every node (rule 1: it takes whole nodes)."""
         return gang > self.largest
 
-    def can_take(self, gang: int) -> bool:
-        """Whether a gang of `gang` GPUs can still be placed."""
+    def can_take(self, gang: int, within: Collection[str] | None = None) -> bool:
+        """Whether a gang of `gang` GPUs can still be placed (on the nodes named in `within`
+        only, when given: the nodes a job may run on)."""
         if gang <= 0:
             return False
+        if within is not None:
+            return self._fits_within(gang, frozenset(within))
         if self.multi_node(gang):
             return self._whole_gpus >= gang
         return bool(self._levels) and self._levels[-1] >= gang
 
+    def _fits_within(self, gang: int, within: Collection[str]) -> bool:
+        allowed = [self._index[n] for n in within if n in self._index]
+        if self.multi_node(gang):
+            return sum(self._cap[i] for i in allowed if i in self._whole) >= gang
+        return any(self._free[i] >= gang for i in allowed)
+
     # ------------------------------------------------------------------ placing
     def take(self, gang: int, prefer: NodeShares | None = None,
-             avoid: Mapping[str, int] | None = None) -> NodeShares | None:
+             avoid: Mapping[str, int] | None = None,
+             within: Collection[str] | None = None) -> NodeShares | None:
         """Place a gang by rules 1 and 3 (on `prefer`, a single node, when it has room; among
-        equally good nodes, the one with the fewest GPUs in `avoid`); None when it cannot be
+        equally good nodes, the one with the fewest GPUs in `avoid`), on the nodes named in
+        `within` only when given (the nodes the job may run on); None when it cannot be
         placed."""
-        if not self.can_take(gang):
+        within = None if within is None else frozenset(within)
+        if not self.can_take(gang, within):
             return None
         if self.multi_node(gang):
-            return self._take_whole(gang)
-        if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index:
+            return self._take_whole(gang, within)
+        if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index \
+                and (within is None or prefer[0][0] in within):
             i = self._index[prefer[0][0]]
             if self._free[i] >= gang:
                 self._use(i, gang)
                 return ((self.nodes[i].name, gang),)
-        f = self._levels[bisect_left(self._levels, gang)]     # best fit: the fewest free
-        i = (min(self._by_free[f]) if not avoid else
-             min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
-        self._use(i, gang)
-        return ((self.nodes[i].name, gang),)
+        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
+            bucket = self._by_free[f]
+            if within is not None:
+                bucket = {i for i in bucket if self.nodes[i].name in within}
+                if not bucket:
+                    continue
+            i = min(bucket) if not avoid else \
+                min(bucket, key=lambda i: (avoid.get(self.nodes[i].name, 0), i))
+            self._use(i, gang)
+            return ((self.nodes[i].name, gang),)
+        return None
 
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
@@ -111,19 +130,6 @@ class NodeBook:
         for name, g in shares:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)
-
-    def take_within(self, gang: int, names: Collection[str]) -> NodeShares | None:
-        """`take` (rules 1 and 3) on the nodes named in `names` only; None when the gang does
-        not fit there."""
-        if self.multi_node(gang):
-            return self._take_whole(gang, names)
-        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
-            allowed = [i for i in self._by_free[f] if self.nodes[i].name in names]
-            if allowed:
-                i = min(allowed)
-                self._use(i, gang)
-                return ((self.nodes[i].name, gang),)
-        return None
 
     def _take_whole(self, gang: int, names: Collection[str] | None = None) -> NodeShares | None:
         """Whole free nodes for a multi-node gang (of `names` only, when given), the largest

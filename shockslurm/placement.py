@@ -8,6 +8,8 @@ the result depends only on its input:
 1. A gang is *single-node* when some node of the cluster has at least its GPUs: it then sits on
    one node. A larger gang is *multi-node*: it takes whole free nodes (the largest first, as few
    as cover it) and no other gang shares them; the GPUs of its last node beyond the gang idle.
+   A job limited to some nodes (`allowed`: its partition's, those its user's own limits leave
+   it on the live cluster) is placed on those only, by the same rules.
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
    (multi-node gangs first, then by job id); so do planned jobs released to start on nodes
    they do not hold yet (`pinned`: Slurm may be starting them there as the round reads, and
@@ -45,10 +47,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from .model import Node, NodeShares
 from .node_book import NodeBook, new_order, stay_order
+
+
+# The nodes each job may run on (job id -> node names), for the jobs limited to some nodes
+Allowed = Mapping[int, frozenset[str]]
 
 
 @dataclass(frozen=True)
@@ -78,13 +84,13 @@ def _stay(book: NodeBook, gangs: Mapping[int, int], running: Mapping[int, NodeSh
 
 
 def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
-                   running: Mapping[int, NodeShares], reserved: Mapping[str, int] | None = None
-                   ) -> tuple[NodeBook, dict[int, NodeShares]]:
+                   running: Mapping[int, NodeShares], reserved: Mapping[str, int] | None,
+                   allowed: Allowed) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rules 2 and 3: running planned jobs stay, the others fill in."""
     book = NodeBook(nodes, reserved)
     shares = _stay(book, gangs, running)
     for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
-        got = book.take(gangs[j])
+        got = book.take(gangs[j], within=allowed.get(j))
         if got is not None:
             shares[j] = got
     return book, shares
@@ -92,7 +98,8 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
 
 def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
               running: Mapping[int, NodeShares], placed: Mapping[int, NodeShares],
-              reserved: Mapping[str, int] | None = None) -> tuple[NodeBook, dict[int, NodeShares]]:
+              reserved: Mapping[str, int] | None, allowed: Allowed
+              ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4, first try: each left-over single-node gang takes the node where it displaces the
     fewest running jobs (then the fewest GPUs), and the displaced gangs are placed again by best
     fit. Only tried while the cluster has as many free GPUs as the gang."""
@@ -105,13 +112,13 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         if len(where) == 1 and not book.multi_node(gangs[j]):
             on_node.setdefault(where[0][0], []).append(j)
     for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
-        g = gangs[j]
+        g, within = gangs[j], allowed.get(j)
         if book.multi_node(g) or book.free_gpus < g:
             continue
         best: tuple[tuple[int, int, int], str, list[int]] | None = None
         for index, node in enumerate(book.nodes):
             free = book.free_on(node.name)
-            if node.gpus < g or free == 0:
+            if node.gpus < g or free == 0 or (within is not None and node.name not in within):
                 continue
             evict: list[int] = []
             for k in sorted(on_node.get(node.name, ()), key=lambda k: (k in running, -gangs[k], k)):
@@ -132,7 +139,7 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         shares[j] = ((name, g),)
         on_node.setdefault(name, []).append(j)
         for k in new_order(book, gangs, evict):
-            got = book.take(gangs[k])
+            got = book.take(gangs[k], within=allowed.get(k))
             if got is not None:
                 shares[k] = got
                 on_node.setdefault(got[0][0], []).append(k)
@@ -140,7 +147,8 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
 
 
 def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int, NodeShares],
-            reserved: Mapping[str, int] | None = None) -> tuple[NodeBook, dict[int, NodeShares]]:
+            reserved: Mapping[str, int] | None, allowed: Allowed
+            ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4: the whole plan by rule 3, running jobs preferring their own node, other jobs
     preferring nodes that fewer running jobs still to be placed call home."""
     book = NodeBook(nodes, reserved)
@@ -150,7 +158,7 @@ def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[in
         for node, g in running.get(j, ()):
             homes[node] = homes.get(node, 0) + g
     for j in new_order(book, gangs, gangs):
-        got = book.take(gangs[j], prefer=running.get(j), avoid=homes)
+        got = book.take(gangs[j], prefer=running.get(j), avoid=homes, within=allowed.get(j))
         if got is not None:
             shares[j] = got
         for node, g in running.get(j, ()):
@@ -159,25 +167,37 @@ def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[in
 
 
 def _fill(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int, NodeShares],
-          reserved: Mapping[str, int] | None = None) -> tuple[NodeBook, dict[int, NodeShares]]:
+          reserved: Mapping[str, int] | None, allowed: Allowed
+          ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4, last try (moves no running job): rules 2 and 3 for the running and multi-node
     gangs, then each node in turn, the fullest first, filled with the single-node gangs whose
-    sizes add up closest to its free GPUs (largest sizes first, then job id). Best fit largest
-    first misses fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
+    sizes add up closest to its free GPUs (largest sizes first, then job id; of one size, the
+    jobs limited to some nodes first, they have fewer to go to). Best fit largest first misses
+    fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
     book = NodeBook(nodes, reserved)
     shares = _stay(book, gangs, running)
-    waiting: dict[int, deque[int]] = {}
+    anywhere: dict[int, deque[int]] = {}     # single-node gangs by size, in rule 3's order
+    limited: dict[int, list[int]] = {}       # those of them limited to some nodes
     for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
         if book.multi_node(gangs[j]):
-            got = book.take(gangs[j])
+            got = book.take(gangs[j], within=allowed.get(j))
             if got is not None:
                 shares[j] = got
+        elif j in allowed:
+            limited.setdefault(gangs[j], []).append(j)
         else:
-            waiting.setdefault(gangs[j], deque()).append(j)
+            anywhere.setdefault(gangs[j], deque()).append(j)
     for i in sorted(range(len(book.nodes)), key=lambda i: (book.free_on(book.nodes[i].name), i)):
         name = book.nodes[i].name
-        for size in _closest_sum(book.free_on(name), {g: len(js) for g, js in waiting.items()}):
-            j = waiting[size].popleft()
+        here = {g: deque(j for j in js if name in allowed[j]) for g, js in limited.items()}
+        counts = {g: len(anywhere.get(g, ())) + len(here.get(g, ()))
+                  for g in set(anywhere) | set(here)}
+        for size in _closest_sum(book.free_on(name), counts):
+            if here.get(size):
+                j = here[size].popleft()
+                limited[size].remove(j)
+            else:
+                j = anywhere[size].popleft()
             book.take_at(((name, size),))
             shares[j] = ((name, size),)
     return book, shares
@@ -201,25 +221,28 @@ def _closest_sum(room: int, counts: Mapping[int, int]) -> list[int]:
 def place(nodes: Sequence[Node], gangs: Mapping[int, int],
           running: Mapping[int, NodeShares] | None = None,
           reserved: Mapping[str, int] | None = None, *, moves: bool = True,
-          pinned: Mapping[int, NodeShares] | None = None) -> Placement:
+          pinned: Mapping[int, NodeShares] | None = None,
+          allowed: Mapping[int, Collection[str]] | None = None) -> Placement:
     """Place the planned gangs (`gangs`: job id -> GPUs) on `nodes`, given where jobs hold GPUs
     now (`running`: job id -> shares, planned or not), the GPUs per node that jobs outside
-    the scheduler hold (`reserved`) and the nodes released jobs that hold none yet are to start
-    on (`pinned`). See the module's rules; `moves=False` skips rule 4 (no running job is moved:
-    what does not fit around them is unplaced)."""
+    the scheduler hold (`reserved`), the nodes released jobs that hold none yet are to start
+    on (`pinned`) and the nodes some jobs may run on (`allowed`: job id -> node names; a job
+    not in it may run on any node). See the module's rules; `moves=False` skips rule 4 (no
+    running job is moved: what does not fit around them is unplaced)."""
     running = dict(running or {})
+    allow: Allowed = {j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs}
     waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running}
     homes = {**waiting, **running}
     bad = sorted(j for j, g in gangs.items() if g <= 0)
     if bad:
         raise ValueError(f"jobs {bad} have no GPUs to place")
-    book, shares = _place_keeping(nodes, gangs, homes, reserved)
+    book, shares = _place_keeping(nodes, gangs, homes, reserved, allow)
     if len(shares) < len(gangs):
         tries = [(book, shares)]
         if moves:
-            tries += [_displace(nodes, gangs, running, shares, reserved),
-                      _repack(nodes, gangs, homes, reserved)]
-        tries.append(_fill(nodes, gangs, homes, reserved))
+            tries += [_displace(nodes, gangs, running, shares, reserved, allow),
+                      _repack(nodes, gangs, homes, reserved, allow)]
+        tries.append(_fill(nodes, gangs, homes, reserved, allow))
         book, shares = min(tries, key=lambda t: (-sum(gangs[j] for j in t[1]),
                                                  len(moved_jobs(t[1], running)),
                                                  len(moved_jobs(t[1], waiting))))

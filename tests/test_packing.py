@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from shockslurm.model import parse_cluster_shape
 from shockslurm.placement import place
-from shockslurm.policies.shockwave.packing import _in_order, _Layout, pack, priority_layout
+from shockslurm.policies.shockwave.packing import _in_order, _Layout, _Room, pack, priority_layout
 
 
 def _counts(plan: list[list[int]]) -> dict[int, int]:
@@ -22,7 +22,7 @@ def test_the_tail_is_spread_so_no_planned_round_is_lost():
     # G=2, T=3, order A C B D with 1, 2, 1, 2 rounds: in priority order alone D finds room only
     # in the last round (A C | C B | D) and loses a round
     order, rounds, gang = [1, 2, 3, 4], {1: 1, 2: 2, 3: 1, 4: 2}, dict.fromkeys([1, 2, 3, 4], 1)
-    priority_only = _Layout(order, rounds, gang, parse_cluster_shape("1x2"), 3).lay(4)
+    priority_only = _Layout(order, rounds, gang, _Room.of(parse_cluster_shape("1x2"), 0, None, None), 3).lay(4)
     assert priority_only.lost == 1
     plan = pack(order, rounds, gang, gpus=2, horizon=3)
     assert _counts(plan) == rounds
@@ -41,7 +41,7 @@ def test_an_impossible_layout_keeps_the_priority_rule():
     # layout: the 4-GPU job takes two whole rounds and the last job needs three
     order, rounds, gang = [1, 2, 3], {1: 1, 2: 2, 3: 3}, {1: 1, 2: 4, 3: 1}
     plan = pack(order, rounds, gang, gpus=4, horizon=3)
-    assert plan == _Layout(order, rounds, gang, parse_cluster_shape("1x4"), 3).lay(3).plan
+    assert plan == _Layout(order, rounds, gang, _Room.of(parse_cluster_shape("1x4"), 0, None, None), 3).lay(3).plan
     assert all(sum(gang[j] for j in r) <= 4 for r in plan)
 
 

@@ -114,7 +114,7 @@ def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
             assert result.shares[j] == running[j]
     if result.moved:
         # a move happens only when keeping everyone in place would leave planned GPUs unplaced
-        _, stay = _place_keeping(nodes, plan, running, reserved)
+        _, stay = _place_keeping(nodes, plan, running, reserved, {})
         assert sum(plan[j] for j in stay) < sum(plan[j] for j in result.shares if j in plan)
     # a plan of exactly the running jobs stays put
     same = place(nodes, {j: sum(g for _, g in s) for j, s in running.items()}, running,
@@ -141,7 +141,7 @@ def test_released_jobs_stay_on_their_pinned_nodes_and_are_never_moved_or_kept(ca
     assert set(result.kept) <= set(running) - set(plan)
     same = place(nodes, {j: gangs[j] for j in sitting}, running, reserved, pinned=pinned)
     assert dict(same.shares) == sitting and not same.moved and not same.unplaced
-    _, stay = _place_keeping(nodes, plan, sitting, reserved)
+    _, stay = _place_keeping(nodes, plan, sitting, reserved, {})
     if len(stay) == len(plan):       # rules 2-3 place the whole plan, every pin kept
         assert all(result.shares[j] == pinned[j] for j in set(plan) & released)
 
@@ -390,13 +390,13 @@ def test_take_within_places_only_on_the_named_nodes() -> None:
     assert book.take_at((("node02", 6),))
     # best fit among the named nodes: node02 (2 free) is not named; node03 and node04 tie,
     # node03 comes first
-    assert book.take_within(2, {"node03", "node04"}) == (("node03", 2),)
-    assert book.take_within(8, {"node02"}) is None
+    assert book.take(2, within={"node03", "node04"}) == (("node03", 2),)
+    assert book.take(8, within={"node02"}) is None
     before = book.free_gpus
     # a multi-node gang takes whole named nodes only, and nothing when they do not cover it
-    assert book.take_within(16, {"node01", "node03"}) is None
+    assert book.take(16, within={"node01", "node03"}) is None
     assert book.free_gpus == before
-    assert book.take_within(16, {"node01", "node04"}) == (("node01", 8), ("node04", 8))
+    assert book.take(16, within={"node01", "node04"}) == (("node01", 8), ("node04", 8))
 
 
 def test_gangs_that_fill_nodes_exactly_are_all_placed() -> None:

@@ -290,22 +290,17 @@ def test_requeue_states_map_to_pending_and_final_ones_are_finished():
                                             "OUT_OF_MEMORY"))
 
 
-@pytest.mark.parametrize("limits", [
-    {"admin_comment": "shock:req=gres:gpu:2;shock:nodes=gpu03", "required_nodes": "gpu03"},
-    {"excluded_nodes": "gpu01"},
-    {"features": "a100"},
-])
-def test_a_job_with_the_users_own_node_limits_is_never_pinned(limits):
-    """`sbatch -w gpu03` (recorded by job_submit.lua: the pin would replace it), `--exclude` or
-    `--constraint` (a pin could contradict them): released unpinned, Slurm keeps the user's
-    limits (before: pinned to the plan's node, replacing the user's list)."""
-    users = replace(job(1), **limits)
-    assert users.node_constraints
-    placement = {1: (("gpu01", 2),)}
+def test_a_job_with_the_users_own_node_list_is_never_pinned():
+    """`sbatch -w gpu03` (recorded by job_submit.lua: a pin would replace it): released
+    unpinned, Slurm keeps the user's list (before: pinned to the plan's node, replacing it);
+    `--exclude` and `--constraint` are kept by pinning within them (test_live_job_nodes)."""
+    users = replace(job(1), admin_comment="shock:req=gres:gpu:2;shock:nodes=gpu03",
+                    required_nodes="gpu03")
+    placement = {1: (("gpu03", 2),)}
     assert en.pin_nodes(placement, [users]) == {}
     e = diff(RoundPlan(frozenset({1})), [users], pins=en.pin_nodes(placement, [users]))
     assert e.start == (1,) and not any(u.nodes for u in e.updates)
-    assert en.pin_nodes(placement, [job(1)]) == {1: ("gpu01",)}      # without: pinned
+    assert en.pin_nodes(placement, [job(1)]) == {1: ("gpu03",)}      # without: pinned
 
 
 # --------------------------------------------------------------------------- upgrading

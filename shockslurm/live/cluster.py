@@ -338,7 +338,8 @@ class SlurmCluster(EventPolling):
         layout = self.layout or Layout(())
         return Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
                         jobs=views, nodes=layout.nodes, placements=dict(layout.placements),
-                        reserved=dict(layout.reserved), pinned=dict(layout.pinned))
+                        reserved=dict(layout.reserved), pinned=dict(layout.pinned),
+                        allowed_nodes=dict(layout.allowed))
 
     def _measure_unplaceable(self, jobs: Sequence[SlurmJob], now: float) -> None:
         """Idle GPU-seconds since the last observe while our released jobs waited in

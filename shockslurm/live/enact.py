@@ -56,6 +56,7 @@ from ..slurm.types import JobState, SlurmJob
 from .bounds import (DAY_S, FINISH_WINDOW_ROUNDS, MIN_RUN_ROUNDS, ChurnLimits,  # noqa: F401
                      StopHistory, active_managed, bound_plan, checkpoint_failing, hands_off,
                      keep_reason, preemptions_today, stops_without_checkpoint)
+from .job_nodes import pins_allowed
 
 BEGIN_TIME_REASON = "BeginTime"
 # scancel (22.05) names each job it could not signal on stderr, one line each:
@@ -192,14 +193,15 @@ def pin_nodes(placement: Mapping[int, NodeShares], jobs: Sequence[SlurmJob]) -> 
     """The nodes each placed managed job is to be pinned to (`ReqNodeList=`): only where the
     placement's shape is the job's own, i.e. as many nodes as the job asks (`nodes`), or at
     least as many for a `--gpus` job (Slurm raises its node count to the list, verified on
-    22.05); any other job is released unpinned, as before placement, and so is a job with the
-    user's own limits on its nodes (`SlurmJob.node_constraints`: `-w`, `--exclude`,
-    `--constraint`), which a pin would replace or contradict."""
+    22.05); any other job is released unpinned, as before placement, and so is a job whose
+    user's own limits a pin would replace or might contradict (`job_nodes.pins_allowed`: `-w`,
+    an `--exclude` or `--constraint` the daemon cannot read). Placement put every job on nodes
+    it may run on (`Snapshot.allowed_nodes`), so a pin keeps the limits it can read."""
     managed = active_managed(jobs)
     out: dict[int, tuple[str, ...]] = {}
     for job_id, shares in placement.items():
         job = managed.get(job_id)
-        if job is None or not shares or job.node_constraints:
+        if job is None or not shares or not pins_allowed(job):
             continue
         names = tuple(n for n, _ in shares)
         asked = max(1, job.nodes)

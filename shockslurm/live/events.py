@@ -27,14 +27,14 @@ from .layout import PLACED_STATES, Layout
 
 def arrivals_that_fit(layout: Layout, pending: Sequence[SlurmJob],
                       known: Collection[int]) -> list[int]:
-    """Ids of the `pending` jobs not in `known` whose GPUs some free node(s) can hold now
-    (arrivals: `known` is the jobs seen at the last round; departures: nothing)."""
+    """Ids of the `pending` jobs not in `known` whose GPUs some free node(s) they may run on
+    can hold now (arrivals: `known` is the jobs seen at the last round; departures: nothing)."""
     new = [j for j in pending if j.job_id not in known and j.gpus > 0]
     if not new or not layout.nodes:
         return []
     free = layout.free()
     book = NodeBook(layout.nodes, {n.name: n.gpus - max(0, free[n.name]) for n in layout.nodes})
-    return sorted(j.job_id for j in new if book.can_take(j.gpus))
+    return sorted(j.job_id for j in new if book.can_take(j.gpus, layout.allowed.get(j.job_id)))
 
 
 def completions_with_waiting(jobs: Sequence[SlurmJob], planned: Collection[int],

@@ -17,6 +17,8 @@ every plan on the real nodes:
   elsewhere; the re-pin failed, "Invalid node name specified", and it started where it was
   pinned, on the GPUs that round had given a third job, which then waited 11 s), so placement
   keeps it there while the plan leaves those nodes room. It holds no GPUs: not in `free`.
+- allowed: the nodes each job of ours that may not run on every one of them may run on (its
+  partition's, less what its user's limits rule out: `job_nodes`).
 
 When Slurm's answer does not say where a job that holds GPUs sits, `read_layout` returns None
 and the snapshot is one pool, as before placement.
@@ -31,6 +33,7 @@ from ..model import Node, NodeShares
 from ..plan_on_nodes import free_after
 from ..slurm.gres import gpus_per_allocated_node, required_node_names
 from ..slurm.types import JobState, SlurmJob, SlurmNode
+from .job_nodes import NodeLimits, limited_jobs
 
 PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
 
@@ -41,6 +44,7 @@ class Layout:
     placements: Mapping[int, NodeShares] = field(default_factory=dict)
     reserved: Mapping[str, int] = field(default_factory=dict)
     pinned: Mapping[int, NodeShares] = field(default_factory=dict)
+    allowed: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -101,7 +105,8 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
                   if (kept_shares := tuple(s for s in shares if s[0] in names))}
     pinned = {j: shares for j, shares in pinned.items()
               if all(n in names for n, _ in shares)}
-    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out, pinned)
+    allowed = limited_jobs(NodeLimits(kept), [j for j in jobs if ours(j) and not j.state.finished])
+    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out, pinned, allowed)
 
 
 def pinned_shares(job: SlurmJob) -> NodeShares | None:

@@ -16,6 +16,7 @@ allows no moves (`moves_allowed` False), so the round loop keeps it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Collection
 
 from ..model import JobView, NodeShares, RoundPlan, Snapshot
 from ..node_book import NodeBook, stay_order
@@ -40,15 +41,16 @@ class Fifo:
         for job in queue:
             gang, left = job.gang_size, job.remaining_time_at_current_rate
             pinned = snapshot.pinned.get(job.job_id)    # released already: where it starts
+            within = snapshot.allowed_nodes.get(job.job_id)
             if reservation is None:
-                got = now.take(gang, prefer=pinned)
+                got = now.take(gang, prefer=pinned, within=within)
                 if got is None:
-                    reservation = _reserve(snapshot, gang, where, ends)
+                    reservation = _reserve(snapshot, gang, within, where, ends)
                     continue
             elif reservation.later is None or left <= reservation.start_at:
-                got = now.take(gang, prefer=pinned)         # gone before the head starts
+                got = now.take(gang, prefer=pinned, within=within)  # gone before the head starts
             else:
-                got = _take_in_both(now, reservation.later, gang)
+                got = _take_in_both(now, reservation.later, gang, within)
             if got is not None:
                 where[job.job_id] = got
                 ends[job.job_id] = left
@@ -70,33 +72,37 @@ def _book_with(snapshot: Snapshot, running: list[JobView]
         else:
             unplaced.append(job_id)
     for job_id in unplaced:
-        got = book.take(gang[job_id])
+        got = book.take(gang[job_id], within=snapshot.allowed_nodes.get(job_id))
         if got is not None:
             where[job_id] = got
     return book, where
 
 
-def _reserve(snapshot: Snapshot, gang: int, where: dict[int, NodeShares],
-             ends: dict[int, float]) -> _Reservation:
+def _reserve(snapshot: Snapshot, gang: int, within: Collection[str] | None,
+             where: dict[int, NodeShares], ends: dict[int, float]) -> _Reservation:
     """The head's reservation: the planned jobs end in order of their remaining time until the
-    head's gang fits on nodes; it takes them then."""
+    head's gang fits on nodes (of `within`, the nodes it may run on, when given); it takes them
+    then."""
     later = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
     for shares in where.values():
         later.take_at(shares)
     for job_id in sorted(where, key=lambda j: (ends[j], _gpus(where[j]), j)):
         later.release(where[job_id])
-        if later.can_take(gang):
-            later.take(gang)
+        if later.can_take(gang, within):
+            later.take(gang, within=within)
             return _Reservation(ends[job_id], later)
     return _Reservation(float("inf"), None)
 
 
-def _take_in_both(now: NodeBook, later: NodeBook, gang: int) -> NodeShares | None:
-    """A gang that runs past the head's start: on nodes with room now and beside the head then
-    (best fit now; whole nodes, in both books, for a multi-node gang)."""
+def _take_in_both(now: NodeBook, later: NodeBook, gang: int,
+                  within: Collection[str] | None) -> NodeShares | None:
+    """A gang that runs past the head's start: on nodes (of `within` when given) with room now
+    and beside the head then (best fit now; whole nodes, in both books, for a multi-node
+    gang)."""
     whole = now.multi_node(gang)
-    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else gang)}
-    got = now.take_within(gang, room)
+    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else gang)
+            and (within is None or n.name in within)}
+    got = now.take(gang, within=room)
     if got is not None:
         later.take_at(got)
     return got

@@ -175,6 +175,7 @@ def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
         gpus=gpu_count(text(rec.get("gres"), ctx, "gres"), ctx, "gres"),
         gpus_used=gpu_count(text(rec.get("gres_used"), ctx, "gres_used"), ctx, "gres_used"),
         partitions=strings(rec.get("partitions"), ctx, "partitions"),
+        features=_features(rec.get("active_features")) or _features(rec.get("features")),
     )
 
 
@@ -193,11 +194,26 @@ def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
         raise ctx.fail("gres", f"expected an object, got {gres!r}")
     part = rec.get("partition") or {}
     part_name = text(part.get("name"), ctx, "partition.name") if isinstance(part, Mapping) else ""
+    feats = rec.get("features")
+    features = (_features(feats.get("active")) or _features(feats.get("total"))
+                if isinstance(feats, Mapping) else _features(feats))
     state = node_state(node_block.get("state"), None, ctx)
     total = gpu_count(text(gres.get("total"), ctx, "gres.total"), ctx, "gres.total")
     used = gpu_count(text(gres.get("used"), ctx, "gres.used"), ctx, "gres.used")
     return [SlurmNode(name=n, state=state, gpus=total, gpus_used=used,
-                      partitions=(part_name,) if part_name else ()) for n in names]
+                      partitions=(part_name,) if part_name else (), features=features)
+            for n in names]
+
+
+def _features(listed: Any) -> frozenset[str]:
+    """A node's features from Slurm's comma-separated list ("a100,ib" -> {"a100", "ib"}; 22.05
+    `sinfo`) or a list of them (23.02+ `scontrol show nodes`); none from anything else (a node
+    whose features cannot be read takes no job that asks for one)."""
+    if isinstance(listed, str):
+        listed = listed.split(",")
+    if not isinstance(listed, (list, tuple)):
+        return frozenset()
+    return frozenset(f.strip() for f in listed if isinstance(f, str) and f.strip())
 
 
 def parse_sinfo(data: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
@@ -221,7 +237,8 @@ def parse_sinfo(data: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
             parts = prev.partitions + tuple(p for p in node.partitions
                                             if p not in prev.partitions)
             merged[node.name] = SlurmNode(prev.name, prev.state, prev.gpus,
-                                          max(prev.gpus_used, node.gpus_used), parts)
+                                          max(prev.gpus_used, node.gpus_used), parts,
+                                          prev.features | node.features)
     return list(merged.values())
 
 

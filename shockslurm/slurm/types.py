@@ -139,15 +139,6 @@ class SlurmJob:
         return tagged_value(self.admin_comment, USER_NODES_KEY) or ""
 
     @property
-    def node_constraints(self) -> str:
-        """The user's own limits on where the job runs (`-w`, `--exclude`, `--constraint`), in
-        words, or "": the daemon releases such a job unpinned (`enact.pin_nodes`), so that a pin
-        neither replaces nor contradicts them."""
-        given = (("-w", self.user_nodes), ("--exclude", self.excluded_nodes),
-                 ("--constraint", self.features))
-        return " ".join(f"{option} {value}" for option, value in given if value)
-
-    @property
     def admin_held(self) -> bool:
         """Held (priority 0) by an administrator (`scontrol hold`: Reason=JobHeldAdmin, also on a
         running job), or by Slurm after a special exit (RequeueExitHold: SPECIAL_EXIT). The
@@ -176,6 +167,7 @@ class SlurmNode:
     gpus: int                        # configured gres gpu count
     gpus_used: int
     partitions: tuple[str, ...]
+    features: frozenset[str] = frozenset()   # its active features (what --constraint matches)
 
     @property
     def usable(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from shockslurm.live.job_nodes import pins_allowed
 from shockslurm.slurm.parse import parse_squeue
 from shockslurm.slurm.types import JobState, SlurmJob
 
@@ -135,18 +136,19 @@ def test_gpu_job_is_tagged_and_held(slurm_cluster, user, jobs) -> None:
 def test_the_users_own_node_list_is_recorded_where_pins_do_not_reach(slurm_cluster, user,
                                                                       jobs) -> None:
     """`-w gpu03`: the plugin records it in the admin comment (the daemon's pin replaces
-    ReqNodeList), so the daemon knows the limits are the user's and never pins the job."""
+    ReqNodeList), so the daemon knows the limits are the user's and never pins the job;
+    `--exclude` comes back from squeue as is (a pin within the nodes left is kept)."""
     job_id, _ = _sbatch("--gres=gpu:2", "-w", "gpu03", "--wrap", "sleep 30", user=user)
     jobs.append(job_id)
     job = _job(job_id)
     assert job.admin_comment.endswith(";shock:nodes=gpu03"), job.admin_comment
     assert job.user_nodes == "gpu03" and job.required_nodes == "gpu03"
-    assert job.node_constraints == "-w gpu03"
+    assert not pins_allowed(job)
     plain, _ = _sbatch("--gres=gpu:2", "--exclude=gpu01", "--wrap", "sleep 30", user=user)
     jobs.append(plain)
     excluded = _job(plain)
     assert excluded.user_nodes == "" and excluded.excluded_nodes == "gpu01", excluded
-    assert excluded.node_constraints == "--exclude gpu01"
+    assert pins_allowed(excluded)         # pinned within the nodes it may run on
 
 
 def test_cpu_jobs_and_unmanaged_partitions_are_untouched(slurm_cluster, user, jobs) -> None:

@@ -81,7 +81,7 @@ def test_a_released_gang_starts_on_its_planned_node_in_one_pass(tmp_path: Path, 
             ours.append(jid)
             fillers[jid] = node
             # pinned by the operator, as the daemon pins: a user's own `--nodelist` is never
-            # moved (job_submit.lua records it, `SlurmJob.node_constraints`)
+            # moved (job_submit.lua records it, `job_nodes.pins_allowed`)
             subprocess.run(["scontrol", "update", f"JobId={jid}", f"ReqNodeList={node}"],
                            check=True, capture_output=True, timeout=30)
         big = _sbatch(tmp_path, "--gres=gpu:8")

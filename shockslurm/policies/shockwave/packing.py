@@ -19,7 +19,9 @@ The market chooses how many rounds each job runs in the window under an aggregat
 jobs, laid roomiest first, still lose nothing: the whole order when the priority rule alone loses
 nothing, the longest such head (found by bisection) otherwise, and the priority rule alone (losing
 rounds) when even the roomiest rule loses some. Room is what `placement` can still place in a
-round on the nodes (one pool of `gpus` without them), so no round holds more than can be placed.
+round on the nodes (one pool of `gpus` without them) around the GPUs others hold there
+(`reserved`), each job on the nodes it may run on (`allowed`), so no round holds more than can be
+placed.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from ...node_book import NodeBook
 
 
 def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,
-         horizon: int, nodes: Sequence[Node] = ()) -> list[list[int]]:
+         horizon: int, nodes: Sequence[Node] = (), reserved: Mapping[str, int] | None = None,
+         allowed: Mapping[int, frozenset[str]] | None = None) -> list[list[int]]:
     """The window's rounds, each the jobs it holds (module docstring)."""
-    layout = _Layout.of(order, rounds, gang, nodes or pool(gpus), horizon)
+    layout = _Layout.of(order, rounds, gang, _Room.of(nodes, gpus, reserved, allowed), horizon)
     whole = layout.lay(len(layout.jobs))
     if not whole.lost or layout.lay(0).lost:
         return whole.plan
@@ -52,15 +55,37 @@ def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], g
 
 
 def priority_layout(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
-                    gpus: int, horizon: int, nodes: Sequence[Node] = ()
+                    gpus: int, horizon: int, nodes: Sequence[Node] = (),
+                    reserved: Mapping[str, int] | None = None,
+                    allowed: Mapping[int, frozenset[str]] | None = None
                     ) -> tuple[list[list[int]], dict[int, int]]:
     """The window laid out by the priority rule alone, and the rounds each job of `order` gets
     there (at most `rounds[j]`; fewer where its gang finds too few rounds with room). Where
     every job gets all its rounds, this is the plan `pack` returns."""
-    layout = _Layout.of(order, rounds, gang, nodes or pool(gpus), horizon)
+    layout = _Layout.of(order, rounds, gang, _Room.of(nodes, gpus, reserved, allowed), horizon)
     plan = layout.lay(len(layout.jobs)).plan
     got = Counter(j for r in plan for j in r)
     return plan, {j: got[j] for j in order}
+
+
+@dataclass(frozen=True)
+class _Room:
+    """A round's room: its nodes, the GPUs others hold there, the nodes each job may run on."""
+
+    nodes: Sequence[Node]
+    reserved: Mapping[str, int]
+    allowed: Mapping[int, frozenset[str]]
+
+    @classmethod
+    def of(cls, nodes: Sequence[Node], gpus: int, reserved: Mapping[str, int] | None,
+           allowed: Mapping[int, frozenset[str]] | None) -> _Room:
+        """The nodes with what others hold; one pool of `gpus` (all of them free) without."""
+        if not nodes:
+            return cls(pool(gpus), {}, {})
+        return cls(nodes, dict(reserved or {}), dict(allowed or {}))
+
+    def book(self) -> NodeBook:
+        return NodeBook(self.nodes, self.reserved)
 
 
 @dataclass(frozen=True)
@@ -76,44 +101,50 @@ class _Layout:
     `head` jobs by the priority rule and the rest roomiest first, on fresh rounds."""
 
     def __init__(self, jobs: list[int], want: Mapping[int, int], gang: Mapping[int, int],
-                 nodes: Sequence[Node], horizon: int) -> None:
+                 room: _Room, horizon: int) -> None:
         self.jobs, self.want, self.gang = jobs, want, gang
-        self.nodes, self.horizon = nodes, horizon
+        self.room, self.horizon = room, horizon
 
     @classmethod
     def of(cls, order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
-           nodes: Sequence[Node], horizon: int) -> _Layout:
+           room: _Room, horizon: int) -> _Layout:
         """The jobs of `order` with rounds, each wanting at most the window."""
         jobs = [j for j in order if int(rounds.get(j, 0)) > 0]
-        return cls(jobs, {j: min(int(rounds[j]), horizon) for j in jobs}, gang, nodes, horizon)
+        return cls(jobs, {j: min(int(rounds[j]), horizon) for j in jobs}, gang, room, horizon)
 
     def lay(self, head: int) -> _Trial:
-        books = [NodeBook(self.nodes) for _ in range(self.horizon)]
+        books = [self.room.book() for _ in range(self.horizon)]
         plan: list[list[int]] = [[] for _ in range(self.horizon)]
         lost = 0
         for j in self.jobs[:head]:
-            lost += self._take(j, _in_order(books, self.gang[j], self.want[j]), books, plan)
+            within = self.room.allowed.get(j)
+            lost += self._take(j, _in_order(books, self.gang[j], self.want[j], within), books,
+                               plan)
         rest = sorted(range(head, len(self.jobs)),
                       key=lambda i: (-self.gang[self.jobs[i]], -self.want[self.jobs[i]], i))
         for i in rest:
             j = self.jobs[i]
-            lost += self._take(j, _roomiest(books, self.gang[j], self.want[j]), books, plan)
+            within = self.room.allowed.get(j)
+            lost += self._take(j, _roomiest(books, self.gang[j], self.want[j], within), books,
+                               plan)
         return _Trial(plan, lost)
 
     def _take(self, j: int, slots: Sequence[int], books: list[NodeBook],
               plan: list[list[int]]) -> int:
         """Lay job `j` on `slots`; the GPU-rounds it lost."""
         for t in slots:
-            books[t].take(self.gang[j])
+            books[t].take(self.gang[j], within=self.room.allowed.get(j))
             plan[t].append(j)
         return (self.want[j] - len(slots)) * self.gang[j]
 
 
-def _in_order(books: Sequence[NodeBook], gang: int, n: int) -> list[int]:
-    """The earliest block of `n` consecutive rounds that can take the gang, else the earliest
-    rounds that can (fewer than `n` when fewer have room)."""
+def _in_order(books: Sequence[NodeBook], gang: int, n: int,
+              within: frozenset[str] | None = None) -> list[int]:
+    """The earliest block of `n` consecutive rounds that can take the gang (on the nodes of
+    `within` when given), else the earliest rounds that can (fewer than `n` when fewer have
+    room)."""
     horizon = len(books)
-    ok = np.fromiter((b.can_take(gang) for b in books), dtype=bool, count=horizon)
+    ok = np.fromiter((b.can_take(gang, within) for b in books), dtype=bool, count=horizon)
     if n < horizon:
         c = np.concatenate([[0], np.cumsum(ok)])
         full = np.flatnonzero(c[n:] - c[:-n] == n)
@@ -122,8 +153,9 @@ def _in_order(books: Sequence[NodeBook], gang: int, n: int) -> list[int]:
     return [int(t) for t in np.flatnonzero(ok)[:n]]
 
 
-def _roomiest(books: Sequence[NodeBook], gang: int, n: int) -> list[int]:
-    """The `n` rounds with the most free GPUs that can take the gang (ties: the earliest), in
-    round order; fewer when fewer have room."""
-    fits = [t for t, b in enumerate(books) if b.can_take(gang)]
+def _roomiest(books: Sequence[NodeBook], gang: int, n: int,
+              within: frozenset[str] | None = None) -> list[int]:
+    """The `n` rounds with the most free GPUs that can take the gang (on the nodes of `within`
+    when given; ties: the earliest), in round order; fewer when fewer have room."""
+    fits = [t for t, b in enumerate(books) if b.can_take(gang, within)]
     return sorted(sorted(fits, key=lambda t: (-books[t].free_gpus, t))[:n])

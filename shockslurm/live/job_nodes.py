@@ -1,0 +1,81 @@
+"""The nodes each job of ours may run on (pure), for placement (`Snapshot.allowed_nodes`).
+
+A job may run on the nodes of its partition (a pending job may name several), less those its
+user's own limits rule out: `--exclude`, `-w` (as job_submit.lua recorded it:
+`SlurmJob.user_nodes`) and `--constraint` (`slurm.constraints`: the forms the daemon reads).
+The plan then places each job where Slurm will let it start, and the daemon's pin
+(`ReqNodeList=`, `enact.pin_nodes`) stays within those nodes; a job whose limits it cannot read
+in full is released unpinned (`pins_allowed`), Slurm applying them alone.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Collection, Mapping, Sequence
+
+from ..errors import InputError
+from ..slurm.constraints import feature_test
+from ..slurm.gres import expand_hostlist
+from ..slurm.types import SlurmJob, SlurmNode
+
+
+def _host_set(listed: str) -> frozenset[str] | None:
+    """The nodes of a host list, or None when it cannot be read."""
+    try:
+        return frozenset(expand_hostlist(listed))
+    except InputError:
+        return None
+
+
+def pins_allowed(job: SlurmJob) -> bool:
+    """Whether pinning the job (`ReqNodeList=`) to nodes it may run on keeps its user's limits:
+    not with `-w` (a pin replaces that list) nor with an `--exclude` or `--constraint` the
+    daemon cannot read (a pin could contradict it)."""
+    if job.user_nodes:
+        return False
+    if job.excluded_nodes and _host_set(job.excluded_nodes) is None:
+        return False
+    return not job.features or feature_test(job.features) is not None
+
+
+class NodeLimits:
+    """The nodes of one round's read (`nodes`: the nodes placement plans on) and what each job
+    may use of them."""
+
+    def __init__(self, nodes: Sequence[SlurmNode]) -> None:
+        self.nodes: Mapping[str, SlurmNode] = {n.name: n for n in nodes}
+        self._by_partitions: dict[frozenset[str], frozenset[str]] = {}
+
+    def allowed(self, job: SlurmJob) -> frozenset[str] | None:
+        """The names of the nodes the job may run on; None when it may run on every one."""
+        names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))
+        for rule in _rules(job):
+            names = frozenset(n for n in names if rule(self.nodes[n]))
+        return None if len(names) == len(self.nodes) else names
+
+    def _of_partitions(self, partitions: frozenset[str]) -> frozenset[str]:
+        """The nodes in any of `partitions` (every node when the job names none)."""
+        if partitions not in self._by_partitions:
+            self._by_partitions[partitions] = frozenset(
+                name for name, node in self.nodes.items()
+                if not partitions or partitions & set(node.partitions))
+        return self._by_partitions[partitions]
+
+
+def _rules(job: SlurmJob) -> list[Callable[[SlurmNode], bool]]:
+    """One test per limit the job's user set and the daemon can read."""
+    rules: list[Callable[[SlurmNode], bool]] = []
+    excluded = _host_set(job.excluded_nodes) if job.excluded_nodes else None
+    if excluded:
+        rules.append(lambda node: node.name not in excluded)
+    chosen = _host_set(job.user_nodes) if job.user_nodes else None
+    if chosen is not None:
+        rules.append(lambda node: node.name in chosen)
+    test = feature_test(job.features) if job.features else None
+    if test is not None:
+        rules.append(lambda node: test(node.features))
+    return rules
+
+
+def limited_jobs(limits: NodeLimits, jobs: Collection[SlurmJob]) -> dict[int, frozenset[str]]:
+    """The jobs of `jobs` that may run on some of the nodes only, and those nodes."""
+    return {job.job_id: names for job in jobs if (names := limits.allowed(job)) is not None}

@@ -1,0 +1,36 @@
+"""A job's `--constraint` read as a test of a node's features, for the node rules.
+
+Slurm's feature expressions (`sbatch --constraint`, 22.05 .. 25.11) go from one name to
+matching ORs, counts and parentheses (`[rack1|rack2]`, `a*2&b*4`, `(a|b)&c`). The daemon reads
+the two forms that say which single nodes may hold the job: a name, names joined by `&` (every
+one), and names joined by `|` (any one). `feature_test` gives None for every other form: the
+daemon then plans such a job as if it could run on any node and releases it unpinned, so that
+Slurm alone applies it (as before the daemon read constraints).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Collection
+
+# A feature name as Slurm's node features are written (letters, digits, `_`, `.`, `-`, `:`)
+_NAME = r"[A-Za-z0-9_.:-]+"
+_ALL = re.compile(rf"{_NAME}(?:&{_NAME})*")
+_ANY = re.compile(rf"{_NAME}(?:\|{_NAME})+")
+
+FeatureTest = Callable[[Collection[str]], bool]
+
+
+def feature_test(constraint: str) -> FeatureTest | None:
+    """Whether a node with some features may hold the job, for a constraint of one of the
+    forms the module reads (an empty one allows every node); None for any other form."""
+    text = constraint.strip()
+    if not text:
+        return lambda features: True
+    if _ALL.fullmatch(text):
+        needed = frozenset(text.split("&"))
+        return lambda features: needed <= set(features)
+    if _ANY.fullmatch(text):
+        wanted = frozenset(text.split("|"))
+        return lambda features: bool(wanted & set(features))
+    return None

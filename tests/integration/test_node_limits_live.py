@@ -1,0 +1,68 @@
+"""Jobs with their user's own node limits on the real Slurm test cluster (22.05, 4 x 8 GPUs).
+
+Node gpu04 gets the feature `fast` (`scontrol update NodeName=gpu04 AvailableFeatures=fast
+ActiveFeatures=fast`, cleared at the end). Three managed 8-GPU jobs, held by job_submit.lua:
+X (no limit), A (`--exclude=gpu[01-02]`) and B (`--constraint=fast`). Counting GPUs alone,
+placement would put them on gpu01, gpu02 and gpu03 by node order: A on a node it excludes and
+B on one without its feature. Read from squeue and sinfo (`Snapshot.allowed_nodes`), the plan
+puts A on gpu03 and B on gpu04; the daemon pins both there (a pin within the nodes a job may
+run on is accepted: verified here on 22.05) and every job starts where the plan put it.
+
+Only this test's jobs are scheduled (`job_filter`) and they are cancelled at the end.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from shockslurm.live.cluster import SlurmCluster
+from shockslurm.live.enact import ChurnLimits
+from shockslurm.model import RoundPlan
+from shockslurm.plan_on_nodes import place_plan
+from shockslurm.slurm.types import JobState
+
+from .helpers import StampedBackend
+from .test_pinned_release_live import _sbatch, _wait
+
+pytestmark = pytest.mark.slurm
+
+
+def _set_features(node: str, features: str) -> None:
+    subprocess.run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={features}",
+                    f"ActiveFeatures={features}"], check=True, capture_output=True, timeout=30)
+
+
+def test_limited_jobs_are_planned_pinned_and_started_on_nodes_they_may_use(tmp_path: Path,
+                                                                           slurm_cluster):
+    assert slurm_cluster.gpus_per_node == 8 and slurm_cluster.nodes == 4
+    ours: list[int] = []
+    backend = StampedBackend()
+    _set_features("gpu04", "fast")
+    try:
+        free = _sbatch(tmp_path, "--gres=gpu:8")
+        excluding = _sbatch(tmp_path, "--gres=gpu:8", "--exclude=gpu[01-02]")
+        fast = _sbatch(tmp_path, "--gres=gpu:8", "--constraint=fast")
+        ours += [free, excluding, fast]
+        cluster = SlurmCluster(backend, partitions=("gpu",), grace_seconds=5, round_s=20,
+                               churn=ChurnLimits(0, 0, 0, 0),
+                               job_filter=lambda j: j.job_id in ours)
+        snap = cluster.observe(time.time())
+        assert snap.allowed_nodes == {excluding: {"gpu03", "gpu04"}, fast: {"gpu04"}}
+        plan = place_plan(RoundPlan(frozenset(ours)), snap)
+        assert plan.placement == {free: (("gpu01", 8),), excluding: (("gpu03", 8),),
+                                  fast: (("gpu04", 8),)}
+        cluster.enact(plan, snap)
+        updates = {s.argv for s in cluster.last_stats.steps if s.action == "update"}
+        assert ("scontrol", "update", f"JobId={excluding}", "ReqNodeList=gpu03") in updates
+        assert ("scontrol", "update", f"JobId={fast}", "ReqNodeList=gpu04") in updates
+        running = _wait(backend, set(ours), JobState.RUNNING)
+        assert {j: v.node_list for j, v in running.items()} == {
+            free: "gpu01", excluding: "gpu03", fast: "gpu04"}
+    finally:
+        if ours:
+            subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)
+        _set_features("gpu04", "")

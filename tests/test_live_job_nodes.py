@@ -1,0 +1,111 @@
+"""Which nodes each job of ours may run on, on the live cluster (`live.job_nodes`): its
+partition's, less what its user's `--exclude`, `-w` and `--constraint` rule out; read from
+Slurm's records into the snapshot (`allowed_nodes`), used by placement and the pins."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from shockslurm.live import enact as en
+from shockslurm.live.events import arrivals_that_fit
+from shockslurm.live.job_nodes import NodeLimits, pins_allowed
+from shockslurm.live.layout import read_layout
+from shockslurm.model import RoundPlan
+from shockslurm.plan_on_nodes import place_plan
+from shockslurm.slurm.constraints import feature_test
+from shockslurm.slurm.parse import parse_sinfo
+from shockslurm.slurm.types import SlurmNode
+
+from .slurm_samples import load
+from .test_enact import job
+from .test_live_nodes import NodesBackend
+from .test_slurm_anomalies import cluster
+
+NODES = [SlurmNode("gpu01", "idle", 8, 0, ("gpu",), frozenset({"a100", "ib"})),
+         SlurmNode("gpu02", "idle", 8, 0, ("gpu",), frozenset({"a100"})),
+         SlurmNode("gpu03", "idle", 8, 0, ("gpu", "big"), frozenset({"h100", "ib"})),
+         SlurmNode("gpu04", "idle", 8, 0, ("big",))]
+
+
+def test_constraints_the_daemon_reads_and_those_it_leaves_to_slurm():
+    assert feature_test("")({"x"}) and feature_test("a100")({"a100", "ib"})
+    assert not feature_test("a100")({"h100"})
+    assert feature_test("a100&ib")({"a100", "ib"}) and not feature_test("a100&ib")({"a100"})
+    assert feature_test("a100|h100")({"h100"}) and not feature_test("a100|h100")({"v100"})
+    for other in ("[rack1|rack2]", "a100*2", "(a|b)&c", "a&b|c", "a100,ib", "a b"):
+        assert feature_test(other) is None, other
+
+
+@pytest.mark.parametrize("limits,allowed", [
+    ({}, {"gpu01", "gpu02", "gpu03"}),                                # its partition's
+    ({"partition": "gpu,big"}, None),                                 # a pending job's two
+    ({"excluded_nodes": "gpu[01-02]"}, {"gpu03"}),
+    ({"admin_comment": "shock:nodes=gpu02"}, {"gpu02"}),              # -w, as the plugin put it
+    ({"features": "ib"}, {"gpu01", "gpu03"}),
+    ({"features": "a100&ib", "excluded_nodes": "gpu01"}, set()),      # nowhere now
+    ({"features": "[a100|h100]"}, {"gpu01", "gpu02", "gpu03"}),       # unread: Slurm's alone
+])
+def test_the_nodes_a_job_may_run_on(limits, allowed):
+    got = NodeLimits(NODES).allowed(replace(job(1), **limits))
+    assert got == (None if allowed is None else frozenset(allowed))
+
+
+@pytest.mark.parametrize("limits,pinned", [
+    ({}, True),
+    ({"excluded_nodes": "gpu01"}, True),
+    ({"features": "a100|h100"}, True),
+    ({"admin_comment": "shock:nodes=gpu02"}, False),      # a pin would replace the user's list
+    ({"features": "[a100|h100]"}, False),                 # a form the daemon does not read
+    ({"excluded_nodes": "gpu[01-"}, False),               # an unreadable host list
+])
+def test_a_job_is_pinned_only_where_the_pin_keeps_its_users_limits(limits, pinned):
+    users = replace(job(1), **limits)
+    assert pins_allowed(users) is pinned
+    placement = {1: (("gpu02", 2),)}
+    assert en.pin_nodes(placement, [users]) == ({1: ("gpu02",)} if pinned else {})
+
+
+def test_node_features_are_read_from_every_sinfo_shape():
+    doc = json.loads(load("sinfo", "22.05"))
+    doc["nodes"][0]["active_features"] = "a100,ib"
+    doc["nodes"][1]["features"] = "h100"
+    nodes = {n.name: n for n in parse_sinfo(doc)}
+    first, second = sorted(nodes)[:2]
+    assert nodes[first].features == {"a100", "ib"} and nodes[second].features == {"h100"}
+    new = json.loads(load("sinfo", "24.11"))
+    new["sinfo"][0]["features"] = {"total": "a100,ib", "active": "a100"}
+    assert any(n.features == {"a100"} for n in parse_sinfo(new))
+    listed = {"nodes": [{"name": "n1", "gres": "gpu:8", "active_features": ["a", "b"]},
+                        {"name": "n2", "gres": "gpu:8", "features": {"odd": 1}}]}
+    assert [n.features for n in parse_sinfo(listed)] == [{"a", "b"}, frozenset()]
+
+
+def test_the_snapshot_says_where_limited_jobs_may_run_and_the_plan_keeps_to_it():
+    """Job 1 excludes gpu01 and gpu02, job 2 asks for an h100, job 3 for a feature no node has,
+    job 4 has no limit: placement puts 1 and 2 on gpu03 (4 + 4 GPUs), drops 3, and the round
+    pins 1 and 2 there."""
+    jobs = [replace(job(1, gpus=4), excluded_nodes="gpu[01-02]"),
+            replace(job(2, gpus=4), features="h100"), replace(job(3), features="v100"), job(4)]
+    b = NodesBackend(jobs, NODES[:3])
+    c = cluster(b)
+    snap = c.observe(1000.0)
+    assert snap.allowed_nodes == {1: {"gpu03"}, 2: {"gpu03"}, 3: frozenset()}
+    placed = place_plan(RoundPlan(frozenset({1, 2, 3, 4})), snap)
+    assert placed.placement[1] == (("gpu03", 4),) and placed.placement[2] == (("gpu03", 4),)
+    assert placed.info["unplaced"] == [3]
+    c.enact(placed, snap)
+    assert ("scontrol", "update", "JobId=1", "ReqNodeList=gpu03") in b.log
+    assert ("scontrol", "update", "JobId=2", "ReqNodeList=gpu03") in b.log
+    assert not any("3" in a[-1].split(",") for a in b.log if a[:2] == ("scontrol", "release"))
+
+
+def test_an_arrival_that_fits_only_nodes_it_may_not_use_starts_no_round():
+    busy = [replace(n, gpus_used=0) for n in NODES[:2]]
+    layout = read_layout(busy, [replace(job(5), excluded_nodes="gpu[01-02]"), job(6)],
+                         ("gpu",), lambda j: True)
+    assert layout is not None and layout.allowed == {5: frozenset()}
+    pending = [replace(job(5), excluded_nodes="gpu[01-02]"), job(6)]
+    assert arrivals_that_fit(layout, pending, known=()) == [6]
