@@ -16,6 +16,7 @@ import pytest
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live import enact as en
 from shockslurm.live.enact import ChurnLimits, diff, stop_steps
+from shockslurm.live.events import others_holding
 from shockslurm.model import RoundPlan
 from shockslurm.slurm.parse import parse_squeue
 from shockslurm.slurm.types import JobState, SlurmNode
@@ -369,3 +370,18 @@ def test_a_user_hold_put_after_an_earlier_daemons_release_is_left_alone(engine):
     assert releases(b) == [] and (4, 1004.0) in d2.cluster.aside, b.log
     b._jobs = [job(5)]                                     # a job the daemon never released
     assert "held_by_others_after_release" not in daemon(engine, b).reconcile()
+
+
+def test_a_job_in_a_state_we_do_not_know_keeps_its_gpus_out_of_the_plan():
+    """A future Slurm's state name (UNKNOWN here) on a job with nodes allocated: its GPUs are
+    not handed out, on nodes (reserved) and in one pool (capacity) alike, whether the job is
+    another's or ours (before: counted free, a released job then waited for them)."""
+    nodes = [SlurmNode("gpu01", "mixed", 8, 8, ("gpu",))]
+    for managed in (False, True):
+        odd = replace(on(9, "gpu01", "gpu:8(IDX:0-7)", gpus=8, managed=managed),
+                      state=JobState.UNKNOWN)
+        assert odd.holds_gpus and not replace(odd, node_list="").holds_gpus
+        b = NodesBackend([odd, job(1)], nodes)
+        snap = cluster(b).observe(1000.0)
+        assert snap.gpus == 0 and snap.reserved == {"gpu01": 8}, managed
+        assert others_holding([odd, job(1)], lambda j: j.managed, None) == {9}, managed

@@ -56,13 +56,14 @@ def others_holding(jobs: Sequence[SlurmJob], ours: Callable[[SlurmJob], bool],
                    nodes: Collection[str] | None) -> frozenset[int]:
     """Jobs that hold GPUs the policy cannot hand out: others' jobs (not `ours`) holding GPUs
     on `nodes` (on any node when `nodes` is None, or when Slurm does not say where a job sits),
-    and ours that are COMPLETING."""
+    and ours that hold GPUs but never run again or are in a state we do not know (COMPLETING,
+    UNKNOWN with nodes: `SlurmJob.holds_gpus`)."""
     out = set()
     for j in jobs:
-        if not j.state.holds_gpus or j.gpus <= 0:
+        if not j.holds_gpus or j.gpus <= 0:
             continue
         if ours(j):
-            if j.state is JobState.COMPLETING:
+            if j.state not in PLACED_STATES:      # COMPLETING, or a state we do not know
                 out.add(j.job_id)
             continue
         if nodes is None or not j.node_list or _on(j.node_list, nodes):
@@ -82,7 +83,7 @@ def departures_with_waiting(jobs: Sequence[SlurmJob], holding: Collection[int],
                             never: Collection[int]) -> tuple[list[int], list[int]]:
     """(gone, waiting): the jobs of `holding` (`others_holding` at the last round) that hold no
     GPUs now and, when any, our pending jobs that may be planned (not in `never`)."""
-    still = {j.job_id for j in jobs if j.state.holds_gpus}
+    still = {j.job_id for j in jobs if j.holds_gpus}
     gone = sorted(j for j in holding if j not in still)
     if not gone:
         return [], []

@@ -72,7 +72,7 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
             if (shares := pinned_shares(job)) is not None:
                 pinned[job.job_id] = shares
             continue
-        if not job.state.holds_gpus or job.gpus <= 0:
+        if not job.holds_gpus or job.gpus <= 0:
             continue
         where = gpus_per_allocated_node(job)
         if where is None:

@@ -133,6 +133,13 @@ class SlurmJob:
         return self.gpus_per_job or self.gpus_per_node * max(1, self.nodes)
 
     @property
+    def holds_gpus(self) -> bool:
+        """Whether the job holds its GPUs now: RUNNING, SUSPENDED or COMPLETING, or in a state
+        this version does not know (UNKNOWN) with nodes allocated (a future Slurm's state of a
+        running job must not make its GPUs look free)."""
+        return self.state.holds_gpus or (self.state is JobState.UNKNOWN and bool(self.node_list))
+
+    @property
     def user_nodes(self) -> str:
         """The node list the user asked for at submission (`sbatch -w`), as job_submit.lua
         recorded it (`USER_NODES_KEY` in the admin comment), or ""."""
