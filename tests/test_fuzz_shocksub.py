@@ -26,7 +26,8 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 FIELDS = {"job_name", "gpus", "model", "epochs", "samples_per_epoch", "batch_sizes", "batch_size",
           "command", "script", "nodes", "partition", "cpus_per_gpu", "time", "account", "qos",
-          "output", "mode", "template", "grace_seconds", "max_restarts", "epoch_seconds"}
+          "output", "mode", "template", "grace_seconds", "max_restarts", "epoch_seconds",
+          "constraint", "exclude", "nodelist"}
 
 HOSTILE = st.sampled_from([
     "", "-", "--help", "a b", "'", '"', "\\", "$(reboot)", "`id`", "${HOME}", "$HOME", ";", "&&",
@@ -63,7 +64,10 @@ def requests(draw) -> dict:
         "output": TEXT, "mode": st.one_of(st.sampled_from(["static", "gns", "accordion"]), TEXT),
         "template": st.one_of(st.sampled_from(TEMPLATES), TEXT), "grace_seconds": INTS,
         "max_restarts": INTS,
-        "epoch_seconds": st.one_of(st.none(), st.floats(allow_nan=True), INTS)}
+        "epoch_seconds": st.one_of(st.none(), st.floats(allow_nan=True), INTS),
+        "constraint": st.one_of(st.none(), TEXT, st.sampled_from(["a100", "a|b", "[a*2&b]"])),
+        "exclude": st.one_of(st.none(), TEXT, st.just("gpu[01-02]")),
+        "nodelist": st.one_of(st.none(), TEXT, st.just("gpu[01-99999999]"))}
     for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True, max_size=4)):
         kw[key] = draw(optional[key])
     return kw

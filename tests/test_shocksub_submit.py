@@ -183,6 +183,45 @@ def test_requests_no_node_can_hold_are_refused() -> None:
         assert err.value.field == field
 
 
+def test_node_limits_are_checked_and_the_refusal_names_the_option() -> None:
+    """`--exclude`, `--nodelist` and a `--constraint` the daemon reads narrow the nodes the
+    check counts; the option that rules the last ones out (or the GPUs) is named. A constraint
+    form the check does not read is left to sbatch."""
+    from shockslurm.slurm.submit import check_fits
+    from shockslurm.slurm.types import SlurmNode
+
+    nodes = [SlurmNode("gpu01", "idle", 8, 0, ("gpu",), frozenset({"a100"})),
+             SlurmNode("gpu02", "idle", 4, 0, ("gpu",), frozenset({"v100"})),
+             SlurmNode("gpu03", "idle", 4, 0, ("gpu",))]
+    one = replace(SINGLE, gpus=8, partition="gpu")
+    check_fits(replace(one, constraint="a100", exclude="gpu02"), nodes)
+    check_fits(replace(one, constraint="[a100|v100]*1"), nodes)          # left to sbatch
+    for changes, field in [({"exclude": "gpu01"}, "gpus"), ({"exclude": "gpu[01-03]"}, "exclude"),
+                           ({"nodelist": "gpu09"}, "nodelist"), ({"nodelist": "gpu02"}, "gpus"),
+                           ({"constraint": "h100"}, "constraint"),
+                           ({"constraint": "a100&v100"}, "constraint"),
+                           ({"constraint": "v100|x"}, "gpus")]:
+        with pytest.raises(InputError) as err:
+            check_fits(replace(one, **changes), nodes)
+        assert err.value.field == field, changes
+
+
+def test_node_limits_reach_sbatch_and_bad_ones_are_refused_by_name() -> None:
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--constraint",
+                                       "a100|h100", "--exclude", "gpu[01-02]", "-w", "gpu03",
+                                       "--dry-run", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert ("#SBATCH --constraint=a100|h100\n#SBATCH --exclude=gpu[01-02]\n"
+            "#SBATCH --nodelist=gpu03\n") in result.output
+    for args, option in [(["--constraint", "a100 h100"], "--constraint"),
+                         (["--constraint", "$(id)"], "--constraint"),
+                         (["--exclude", "gpu[01-"], "--exclude"),
+                         (["-w", "gpu;rm"], "--nodelist"), (["--exclude", ""], "--exclude")]:
+        result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", *args,
+                                           "--dry-run", "--", "true"])
+        assert result.exit_code == 2 and f"'{option}'" in result.output, (args, result.output)
+
+
 def test_a_controller_that_lists_no_nodes_does_not_refuse_the_job(
         tmp_path: Path, recording_sbatch: Path) -> None:
     """sinfo answering with errors only (slurmctld down): the request cannot be checked, which

@@ -97,6 +97,11 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
 @click.option("--account", help="Slurm account.")
 @click.option("--qos", help="Slurm QOS.")
 @click.option("--cpus-per-gpu", type=int, help="CPUs per GPU.")
+@click.option("--constraint", help="Node features the job needs (Slurm's --constraint, e.g. a100 "
+                                   "or a100|h100).")
+@click.option("--exclude", help="Nodes the job must not run on (a host list, e.g. gpu[01-02]).")
+@click.option("-w", "--nodelist", help="Nodes the job runs on (a host list; the daemon then "
+                                        "never moves it off them).")
 @click.option("--output", default="%x-%j.out", show_default=True,
               help="Log file pattern (appended across requeues).")
 @click.option("--job-name", help="Job name (letters, digits, . _ -). Default: shock-MODEL.")

@@ -34,6 +34,8 @@ from typing import Callable, Sequence
 from .. import limits
 from ..errors import InputError, ShockslurmError, is_utf8, raw_text
 from ..model import ADAPTATION_MODES
+from .constraints import feature_test
+from .gres import expand_hostlist
 from .types import SlurmNode
 
 TEMPLATES = ("single_node", "multi_node")
@@ -53,7 +55,11 @@ LINE_BREAKERS = ("\x00", "\n", "\r")
 # The JobRequest fields holding text, checked for UTF-8 (`require_utf8`) before anything else:
 # model before job_name, which shocksub derives from it.
 TEXT_FIELDS = ("model", "job_name", "script", "command", "partition", "time", "account", "qos",
-               "output", "mode", "template")
+               "output", "mode", "template", "constraint", "exclude", "nodelist")
+# A --constraint expression (Slurm's feature names and its operators & | [ ] ( ) * and counts)
+CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|\[\]()*-]{1,1024}$")
+# A host list (--exclude, --nodelist): names, brackets, ranges and commas
+HOST_LIST_RE = re.compile(r"^[A-Za-z0-9._\[\],-]{1,1024}$")
 # NB: always `fullmatch` these patterns: with `match`, "$" also matches before a trailing "\n",
 # so "gpu\n" would pass as a partition name.
 
@@ -92,6 +98,9 @@ class JobRequest:
     grace_seconds: int = 60
     max_restarts: int = 50
     epoch_seconds: float | None = None          # declared exclusive seconds per epoch
+    constraint: str | None = None               # --constraint: node features
+    exclude: str | None = None                  # --exclude: nodes never to run on
+    nodelist: str | None = None                 # --nodelist (-w): nodes to run on
 
     def __post_init__(self) -> None:
         self.validate()
@@ -132,6 +141,7 @@ class JobRequest:
             raise InputError("the output path must be non-empty without blanks, quotes, "
                              "backslashes or control characters (it goes on an #SBATCH line)",
                              field="output")
+        self._validate_node_limits()
         self._validate_ladder()
         if self.mode not in ADAPTATION_MODES:
             raise InputError(f"unknown mode {self.mode!r} (known: {', '.join(ADAPTATION_MODES)})",
@@ -153,6 +163,23 @@ class JobRequest:
             for text in values:
                 if isinstance(text, str):       # other types: the field's own check says so
                     require_utf8(field, text)
+
+    def _validate_node_limits(self) -> None:
+        if self.constraint is not None and not (isinstance(self.constraint, str)
+                                                and CONSTRAINT_RE.fullmatch(self.constraint)):
+            raise InputError(f"{self.constraint!r} is not a feature expression (feature names "
+                             "with & | [ ] ( ) * and counts, no blanks)", field="constraint")
+        for field in ("exclude", "nodelist"):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            try:
+                if not (isinstance(value, str) and HOST_LIST_RE.fullmatch(value)
+                        and expand_hostlist(value)):
+                    raise InputError("")
+            except InputError:
+                raise InputError(f"{value!r} is not a host list (node names, e.g. "
+                                 "gpu[01-04],gpu07)", field=field) from None
 
     def _validate_ladder(self) -> None:
         sizes = self.batch_sizes
@@ -238,7 +265,9 @@ def sbatch_directives(req: JobRequest) -> list[str]:
     if req.cpus_per_gpu is not None:
         opts.append(f"--cpus-per-gpu={req.cpus_per_gpu}")
     for flag, value in (("partition", req.partition), ("time", req.time),
-                        ("account", req.account), ("qos", req.qos)):
+                        ("account", req.account), ("qos", req.qos),
+                        ("constraint", req.constraint), ("exclude", req.exclude),
+                        ("nodelist", req.nodelist)):
         if value is not None:
             opts.append(f"--{flag}={value}")
     opts += [f"--output={req.output}", "--open-mode=append", "--requeue",
@@ -247,22 +276,46 @@ def sbatch_directives(req: JobRequest) -> list[str]:
 
 
 def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
-    """Refuse a request no node set of the partition can ever hold.
+    """Refuse a request no node set of the partition can ever hold, its node limits
+    (`--exclude`, `--nodelist`, a `--constraint` of a form `constraints.feature_test` reads)
+    applied; each refusal names the option that rules the last nodes out.
 
     Slurm 22.05 accepts a held job that asks for more GPUs per node than any node has (it is only
     refused when scheduled); such a job would sit in the queue forever, so say so at submission.
     """
+    where = req.partition or "the cluster"
     pool = [n for n in nodes if req.partition is None or req.partition in n.partitions]
     if not pool:
         raise InputError(f"no node in partition {req.partition!r}", field="partition")
+    for field, keep in _node_rules(req):
+        left = [n for n in pool if keep(n)]
+        if not left:
+            raise InputError(f"no node of {where} is left by --{field} "
+                             f"{getattr(req, field)}", field=field)
+        pool = left
     fitting = [n for n in pool if n.gpus >= req.gpus]
     if not fitting:
         most = max(n.gpus for n in pool)
-        raise InputError(f"{req.gpus} GPUs per node requested, but nodes of "
-                         f"{req.partition or 'the cluster'} have at most {most}", field="gpus")
+        raise InputError(f"{req.gpus} GPUs per node requested, but the nodes of {where} the "
+                         f"job may run on have at most {most}", field="gpus")
     if len(fitting) < req.nodes:
         raise InputError(f"{req.nodes} nodes with {req.gpus} GPUs requested, but only "
                          f"{len(fitting)} exist", field="nodes")
+
+
+def _node_rules(req: JobRequest) -> list[tuple[str, Callable[[SlurmNode], bool]]]:
+    """(option, test of a node) for each node limit of the request the check can read."""
+    rules: list[tuple[str, Callable[[SlurmNode], bool]]] = []
+    if req.exclude:
+        excluded = set(expand_hostlist(req.exclude))
+        rules.append(("exclude", lambda n: n.name not in excluded))
+    if req.nodelist:
+        listed = set(expand_hostlist(req.nodelist))
+        rules.append(("nodelist", lambda n: n.name in listed))
+    test = feature_test(req.constraint) if req.constraint else None
+    if test is not None:
+        rules.append(("constraint", lambda n: test(n.features)))
+    return rules
 
 
 def sbatch_argv(req: JobRequest, script_path: str) -> list[str]:
