@@ -24,8 +24,9 @@ NodeShares = tuple[tuple[str, int], ...]
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the cluster: its name and its GPUs (`gpu_type` is there for mixed
-    clusters; placement does not read it yet)."""
+    """One node of the cluster: its name and its GPUs (`gpu_type`: their type when the live
+    cluster names one; placement reads GPU types through `Snapshot.allowed_nodes`, the nodes of
+    the type a job asks for)."""
 
     name: str
     gpus: int

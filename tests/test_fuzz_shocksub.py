@@ -27,7 +27,7 @@ FUZZ = settings(deadline=None, derandomize=True, database=None,
 FIELDS = {"job_name", "gpus", "model", "epochs", "samples_per_epoch", "batch_sizes", "batch_size",
           "command", "script", "nodes", "partition", "cpus_per_gpu", "time", "account", "qos",
           "output", "mode", "template", "grace_seconds", "max_restarts", "epoch_seconds",
-          "constraint", "exclude", "nodelist"}
+          "constraint", "exclude", "nodelist", "gpu_type"}
 
 HOSTILE = st.sampled_from([
     "", "-", "--help", "a b", "'", '"', "\\", "$(reboot)", "`id`", "${HOME}", "$HOME", ";", "&&",
@@ -67,7 +67,8 @@ def requests(draw) -> dict:
         "epoch_seconds": st.one_of(st.none(), st.floats(allow_nan=True), INTS),
         "constraint": st.one_of(st.none(), TEXT, st.sampled_from(["a100", "a|b", "[a*2&b]"])),
         "exclude": st.one_of(st.none(), TEXT, st.just("gpu[01-02]")),
-        "nodelist": st.one_of(st.none(), TEXT, st.just("gpu[01-99999999]"))}
+        "nodelist": st.one_of(st.none(), TEXT, st.just("gpu[01-99999999]")),
+        "gpu_type": st.one_of(st.none(), TEXT)}
     for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True, max_size=4)):
         kw[key] = draw(optional[key])
     return kw

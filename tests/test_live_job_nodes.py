@@ -109,3 +109,25 @@ def test_an_arrival_that_fits_only_nodes_it_may_not_use_starts_no_round():
     assert layout is not None and layout.allowed == {5: frozenset()}
     pending = [replace(job(5), excluded_nodes="gpu[01-02]"), job(6)]
     assert arrivals_that_fit(layout, pending, known=()) == [6]
+
+
+def test_a_job_asking_for_a_gpu_type_may_run_only_on_nodes_with_it():
+    """`--gres=gpu:a100:2` (squeue's tres_per_node "gres:gpu:a100:2", 23.11+ "gres/gpu:a100:2"):
+    the nodes whose gres names a100 GPUs (sinfo "gpu:a100:8(S:0-1)"); an untyped request and
+    untyped nodes as before. The snapshot's nodes carry the type."""
+    doc = {"nodes": [{"name": "gpu01", "gres": "gpu:a100:8(S:0-1)", "partitions": ["gpu"], "state": "idle"},
+                     {"name": "gpu02", "gres": "gpu:v100:4,gpu:a100:4", "partitions": ["gpu"], "state": "idle"},
+                     {"name": "gpu03", "gres": "gpu:8", "partitions": ["gpu"], "state": "idle"}]}
+    nodes = parse_sinfo(doc)
+    assert [set(n.gpu_types) for n in nodes] == [{"a100"}, {"a100", "v100"}, set()]
+    typed = [replace(job(1), gpu_types=frozenset({"a100"})),
+             replace(job(2), gpu_types=frozenset({"v100"})), job(3)]
+    limits = NodeLimits(nodes)
+    assert [limits.allowed(j) for j in typed] == [{"gpu01", "gpu02"}, {"gpu02"}, None]
+    layout = read_layout(nodes, typed, ("gpu",), lambda j: True)
+    assert layout is not None and [n.gpu_type for n in layout.nodes] == ["a100", None, None]
+    assert layout.allowed == {1: {"gpu01", "gpu02"}, 2: {"gpu02"}}
+    rec = {"jobs": [{"job_id": 7, "job_state": "PENDING", "tres_per_node": "gres/gpu:a100:2"}]}
+    from shockslurm.slurm.parse import parse_squeue
+    (parsed,) = parse_squeue(rec)
+    assert parsed.gpus == 2 and parsed.gpu_types == {"a100"}

@@ -190,17 +190,20 @@ def test_node_limits_are_checked_and_the_refusal_names_the_option() -> None:
     from shockslurm.slurm.submit import check_fits
     from shockslurm.slurm.types import SlurmNode
 
-    nodes = [SlurmNode("gpu01", "idle", 8, 0, ("gpu",), frozenset({"a100"})),
+    nodes = [SlurmNode("gpu01", "idle", 8, 0, ("gpu",), frozenset({"a100"}), frozenset({"a100"})),
              SlurmNode("gpu02", "idle", 4, 0, ("gpu",), frozenset({"v100"})),
              SlurmNode("gpu03", "idle", 4, 0, ("gpu",))]
     one = replace(SINGLE, gpus=8, partition="gpu")
     check_fits(replace(one, constraint="a100", exclude="gpu02"), nodes)
+    check_fits(replace(one, gpu_type="a100"), nodes)
     check_fits(replace(one, constraint="[a100|v100]*1"), nodes)          # left to sbatch
     for changes, field in [({"exclude": "gpu01"}, "gpus"), ({"exclude": "gpu[01-03]"}, "exclude"),
                            ({"nodelist": "gpu09"}, "nodelist"), ({"nodelist": "gpu02"}, "gpus"),
                            ({"constraint": "h100"}, "constraint"),
                            ({"constraint": "a100&v100"}, "constraint"),
-                           ({"constraint": "v100|x"}, "gpus")]:
+                           ({"constraint": "v100|x"}, "gpus"),
+                           ({"gpu_type": "h100"}, "gpu_type"),
+                           ({"gpu_type": "a100", "exclude": "gpu01"}, "exclude")]:
         with pytest.raises(InputError) as err:
             check_fits(replace(one, **changes), nodes)
         assert err.value.field == field, changes
@@ -209,14 +212,17 @@ def test_node_limits_are_checked_and_the_refusal_names_the_option() -> None:
 def test_node_limits_reach_sbatch_and_bad_ones_are_refused_by_name() -> None:
     result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--constraint",
                                        "a100|h100", "--exclude", "gpu[01-02]", "-w", "gpu03",
+                                       "--gpus", "2", "--gpu-type", "a100",
                                        "--dry-run", "--", "true"])
     assert result.exit_code == 0, result.output
-    assert ("#SBATCH --constraint=a100|h100\n#SBATCH --exclude=gpu[01-02]\n"
+    assert ("#SBATCH --gres=gpu:a100:2\n#SBATCH --constraint=a100|h100\n"
+            "#SBATCH --exclude=gpu[01-02]\n"
             "#SBATCH --nodelist=gpu03\n") in result.output
     for args, option in [(["--constraint", "a100 h100"], "--constraint"),
                          (["--constraint", "$(id)"], "--constraint"),
                          (["--exclude", "gpu[01-"], "--exclude"),
-                         (["-w", "gpu;rm"], "--nodelist"), (["--exclude", ""], "--exclude")]:
+                         (["-w", "gpu;rm"], "--nodelist"), (["--exclude", ""], "--exclude"),
+                         (["--gpu-type", "a100:2"], "--gpu-type")]:
         result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", *args,
                                            "--dry-run", "--", "true"])
         assert result.exit_code == 2 and f"'{option}'" in result.output, (args, result.output)

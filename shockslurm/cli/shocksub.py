@@ -92,6 +92,8 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
                                  "allow_interspersed_args": False})
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs per node (1..64).")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes.")
+@click.option("--gpu-type", help="The GPUs' type, as the nodes' gres names it (e.g. a100): "
+                                 "--gres=gpu:TYPE:N.")
 @click.option("--partition", help="Slurm partition (default: the cluster's).")
 @click.option("--time", help="Time limit in Slurm's format (e.g. 90, 4:00:00, 2-00:00:00).")
 @click.option("--account", help="Slurm account.")

@@ -1,6 +1,7 @@
 """The nodes each job of ours may run on (pure), for placement (`Snapshot.allowed_nodes`).
 
-A job may run on the nodes of its partition (a pending job may name several), less those its
+A job may run on the nodes of its partition (a pending job may name several) that have the GPU
+type it asks for, if any (`--gres=gpu:a100:2`: nodes whose gres names a100 GPUs), less those its
 user's own limits rule out: `--exclude`, `-w` (as job_submit.lua recorded it:
 `SlurmJob.user_nodes`) and `--constraint` (`slurm.constraints`: the forms the daemon reads).
 The plan then places each job where Slurm will let it start, and the daemon's pin
@@ -62,8 +63,10 @@ class NodeLimits:
 
 
 def _rules(job: SlurmJob) -> list[Callable[[SlurmNode], bool]]:
-    """One test per limit the job's user set and the daemon can read."""
+    """One test per limit of the job the daemon can read (its GPU type, its user's limits)."""
     rules: list[Callable[[SlurmNode], bool]] = []
+    if job.gpu_types:
+        rules.append(lambda node: job.gpu_types <= node.gpu_types)
     excluded = _host_set(job.excluded_nodes) if job.excluded_nodes else None
     if excluded:
         rules.append(lambda node: node.name not in excluded)

@@ -4,9 +4,11 @@ Read from the round's two Slurm reads (`sinfo --json` nodes, `squeue --json` job
 the policy's snapshot (`Snapshot.nodes`, `placements`, `reserved`), so the round loop places
 every plan on the real nodes:
 
-- nodes: the usable nodes of the managed partitions that have GPUs (`Node(name, gpus)`; the GPU
-  type is not read yet). A node that is not usable (drained, down) but still runs jobs of ours is
-  kept, its other GPUs reserved, so those jobs are not moved and nothing new goes there.
+- nodes: the usable nodes of the managed partitions that have GPUs (`Node(name, gpus,
+  gpu_type)`: the type when all its GPUs are of one named type; a job asking for a type is
+  placed only on nodes with it, `allowed`). A node that is not usable (drained, down) but still
+  runs jobs of ours is kept, its other GPUs reserved, so those jobs are not moved and nothing
+  new goes there.
 - placements: where each of our RUNNING or SUSPENDED jobs holds its GPUs ((node, GPUs) per node,
   from `squeue`'s node list and per-node `gres_detail`, `slurm.gres.gpus_per_allocated_node`).
 - reserved: GPUs per node held by jobs the daemon does not schedule, and by ours that are
@@ -106,7 +108,13 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
     pinned = {j: shares for j, shares in pinned.items()
               if all(n in names for n, _ in shares)}
     allowed = limited_jobs(NodeLimits(kept), [j for j in jobs if ours(j) and not j.state.finished])
-    return Layout(tuple(Node(n.name, n.gpus) for n in kept), placements, out, pinned, allowed)
+    return Layout(tuple(Node(n.name, n.gpus, _one_type(n)) for n in kept), placements, out,
+                  pinned, allowed)
+
+
+def _one_type(node: SlurmNode) -> str | None:
+    """The node's GPU type when its GPUs are all of one named type, else None."""
+    return next(iter(node.gpu_types)) if len(node.gpu_types) == 1 else None
 
 
 def pinned_shares(job: SlurmJob) -> NodeShares | None:

@@ -44,7 +44,18 @@ def gpu_count(spec: str, ctx: Ctx | None = None, field: str = "gres") -> int:
     "gres/gpu=2" (TRES form), node gres "gpu:8", "gpu:h100:8(S:0-1)", used gres
     "gpu:2(IDX:0-1)", and "N/A" / "(null)" / "" (no GPUs).
     """
-    total = 0
+    return sum(count for _, count in _gpu_entries(spec, ctx, field))
+
+
+def gpu_types(spec: str, ctx: Ctx | None = None, field: str = "gres") -> frozenset[str]:
+    """The GPU types a gres/TRES string names ("gres:gpu:a100:2" -> {"a100"}; "gpu:8" and
+    "gres/gpu=2" name none), read as `gpu_count` reads counts."""
+    return frozenset(kind for kind, _ in _gpu_entries(spec, ctx, field) if kind)
+
+
+def _gpu_entries(spec: str, ctx: Ctx | None, field: str) -> list[tuple[str, int]]:
+    """(type or "", count) of each GPU entry of a gres/TRES string (see `gpu_count`)."""
+    out: list[tuple[str, int]] = []
     for entry in _split_outside(spec or ""):
         if entry in ("N/A", "(null)", "none"):
             continue
@@ -61,14 +72,14 @@ def gpu_count(spec: str, ctx: Ctx | None = None, field: str = "gres") -> int:
             continue
         tail = parts[-1] if len(parts) > 1 else "1"
         if re.fullmatch(r"\d+", tail):
-            total += whole(tail, ctx, field)
+            out.append((":".join(parts[1:-1]), whole(tail, ctx, field)))
         elif len(parts) == 2:                          # "gpu:a100" (type, no count) = 1
-            total += 1
+            out.append((parts[1], 1))
         elif ctx is not None:
             raise ctx.fail(field, f"unreadable GPU count in {spec!r}")
         else:
             raise InputError(f"unreadable GPU count in {spec!r}", field=field)
-    return total
+    return out
 
 
 def gpu_indices(detail: Iterable[str]) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from ..errors import InputError
 from .fields import Ctx, number, strings, text, timestamp
-from .gres import gpu_count
+from .gres import gpu_count, gpu_types
 from .states import parse_job_state
 from .types import JobState, SlurmJob, SlurmNode, SlurmVersion
 from .version import version_from_meta
@@ -124,6 +124,8 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         het_job_id=number(rec.get("het_job_id"), ctx, "het_job_id") or 0,
         excluded_nodes=text(rec.get("excluded_nodes"), ctx, "excluded_nodes"),
         features=text(rec.get("features"), ctx, "features"),
+        gpu_types=(gpu_types(tres_node, ctx, "tres_per_node")
+                   | gpu_types(tres_job, ctx, "tres_per_job")),
         raw=rec,
     )
 
@@ -173,6 +175,7 @@ def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
         name=name,
         state=node_state(rec.get("state"), rec.get("state_flags"), ctx),
         gpus=gpu_count(text(rec.get("gres"), ctx, "gres"), ctx, "gres"),
+        gpu_types=gpu_types(text(rec.get("gres"), ctx, "gres"), ctx, "gres"),
         gpus_used=gpu_count(text(rec.get("gres_used"), ctx, "gres_used"), ctx, "gres_used"),
         partitions=strings(rec.get("partitions"), ctx, "partitions"),
         features=_features(rec.get("active_features")) or _features(rec.get("features")),
@@ -199,9 +202,11 @@ def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
                 if isinstance(feats, Mapping) else _features(feats))
     state = node_state(node_block.get("state"), None, ctx)
     total = gpu_count(text(gres.get("total"), ctx, "gres.total"), ctx, "gres.total")
+    types = gpu_types(text(gres.get("total"), ctx, "gres.total"), ctx, "gres.total")
     used = gpu_count(text(gres.get("used"), ctx, "gres.used"), ctx, "gres.used")
     return [SlurmNode(name=n, state=state, gpus=total, gpus_used=used,
-                      partitions=(part_name,) if part_name else (), features=features)
+                      partitions=(part_name,) if part_name else (), features=features,
+                      gpu_types=types)
             for n in names]
 
 
@@ -238,7 +243,8 @@ def parse_sinfo(data: str | bytes | Mapping[str, Any]) -> list[SlurmNode]:
                                             if p not in prev.partitions)
             merged[node.name] = SlurmNode(prev.name, prev.state, prev.gpus,
                                           max(prev.gpus_used, node.gpus_used), parts,
-                                          prev.features | node.features)
+                                          prev.features | node.features,
+                                          prev.gpu_types | node.gpu_types)
     return list(merged.values())
 
 

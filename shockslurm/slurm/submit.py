@@ -55,9 +55,11 @@ LINE_BREAKERS = ("\x00", "\n", "\r")
 # The JobRequest fields holding text, checked for UTF-8 (`require_utf8`) before anything else:
 # model before job_name, which shocksub derives from it.
 TEXT_FIELDS = ("model", "job_name", "script", "command", "partition", "time", "account", "qos",
-               "output", "mode", "template", "constraint", "exclude", "nodelist")
+               "output", "mode", "template", "constraint", "exclude", "nodelist", "gpu_type")
 # A --constraint expression (Slurm's feature names and its operators & | [ ] ( ) * and counts)
 CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.:&|\[\]()*-]{1,1024}$")
+# A GPU type as gres names it (gpu:a100:8)
+GPU_TYPE_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 # A host list (--exclude, --nodelist): names, brackets, ranges and commas
 HOST_LIST_RE = re.compile(r"^[A-Za-z0-9._\[\],-]{1,1024}$")
 # NB: always `fullmatch` these patterns: with `match`, "$" also matches before a trailing "\n",
@@ -98,6 +100,7 @@ class JobRequest:
     grace_seconds: int = 60
     max_restarts: int = 50
     epoch_seconds: float | None = None          # declared exclusive seconds per epoch
+    gpu_type: str | None = None                 # --gres=gpu:TYPE:N: the GPUs' type
     constraint: str | None = None               # --constraint: node features
     exclude: str | None = None                  # --exclude: nodes never to run on
     nodelist: str | None = None                 # --nodelist (-w): nodes to run on
@@ -165,6 +168,10 @@ class JobRequest:
                     require_utf8(field, text)
 
     def _validate_node_limits(self) -> None:
+        if self.gpu_type is not None and not (isinstance(self.gpu_type, str)
+                                              and GPU_TYPE_RE.fullmatch(self.gpu_type)):
+            raise InputError(f"{self.gpu_type!r} is not a GPU type (letters, digits, '.', '_', "
+                             "'-', as the nodes' gres name it, e.g. a100)", field="gpu_type")
         if self.constraint is not None and not (isinstance(self.constraint, str)
                                                 and CONSTRAINT_RE.fullmatch(self.constraint)):
             raise InputError(f"{self.constraint!r} is not a feature expression (feature names "
@@ -261,7 +268,8 @@ def _int_range(field: str, value: int, low: int, high: int | None) -> None:
 
 def sbatch_directives(req: JobRequest) -> list[str]:
     """The sbatch options shared by the argv and the script's #SBATCH header (no comment)."""
-    opts = [f"--job-name={req.job_name}", f"--nodes={req.nodes}", f"--gres=gpu:{req.gpus}"]
+    gres = f"gpu:{req.gpu_type}:{req.gpus}" if req.gpu_type else f"gpu:{req.gpus}"
+    opts = [f"--job-name={req.job_name}", f"--nodes={req.nodes}", f"--gres={gres}"]
     if req.cpus_per_gpu is not None:
         opts.append(f"--cpus-per-gpu={req.cpus_per_gpu}")
     for flag, value in (("partition", req.partition), ("time", req.time),
@@ -277,8 +285,8 @@ def sbatch_directives(req: JobRequest) -> list[str]:
 
 def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
     """Refuse a request no node set of the partition can ever hold, its node limits
-    (`--exclude`, `--nodelist`, a `--constraint` of a form `constraints.feature_test` reads)
-    applied; each refusal names the option that rules the last nodes out.
+    (`--gpu-type`, `--exclude`, `--nodelist`, a `--constraint` of a form
+    `constraints.feature_test` reads) applied; each refusal names the option that rules the last nodes out.
 
     Slurm 22.05 accepts a held job that asks for more GPUs per node than any node has (it is only
     refused when scheduled); such a job would sit in the queue forever, so say so at submission.
@@ -290,7 +298,7 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
     for field, keep in _node_rules(req):
         left = [n for n in pool if keep(n)]
         if not left:
-            raise InputError(f"no node of {where} is left by --{field} "
+            raise InputError(f"no node of {where} is left by --{field.replace('_', '-')} "
                              f"{getattr(req, field)}", field=field)
         pool = left
     fitting = [n for n in pool if n.gpus >= req.gpus]
@@ -306,6 +314,8 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
 def _node_rules(req: JobRequest) -> list[tuple[str, Callable[[SlurmNode], bool]]]:
     """(option, test of a node) for each node limit of the request the check can read."""
     rules: list[tuple[str, Callable[[SlurmNode], bool]]] = []
+    if req.gpu_type:
+        rules.append(("gpu_type", lambda n: req.gpu_type in n.gpu_types))
     if req.exclude:
         excluded = set(expand_hostlist(req.exclude))
         rules.append(("exclude", lambda n: n.name not in excluded))

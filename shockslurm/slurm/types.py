@@ -117,6 +117,7 @@ class SlurmJob:
     unreadable: str = ""             # a field Slurm gave in a form we cannot read (GPU request)
     excluded_nodes: str = ""         # the user's --exclude, "" = none
     features: str = ""               # the user's --constraint, "" = none
+    gpu_types: frozenset[str] = frozenset()   # GPU types asked for (--gres=gpu:a100:2), none = any
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -175,6 +176,7 @@ class SlurmNode:
     gpus_used: int
     partitions: tuple[str, ...]
     features: frozenset[str] = frozenset()   # its active features (what --constraint matches)
+    gpu_types: frozenset[str] = frozenset()  # the types of its GPUs ("gpu:a100:8"), none if untyped
 
     @property
     def usable(self) -> bool:
