@@ -95,17 +95,27 @@ class NodeBook:
             if self._free[i] >= gang:
                 self._use(i, gang)
                 return ((self.nodes[i].name, gang),)
-        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
-            bucket = self._by_free[f]
-            if within is not None:
-                bucket = {i for i in bucket if self.nodes[i].name in within}
-                if not bucket:
-                    continue
-            i = min(bucket) if not avoid else \
-                min(bucket, key=lambda i: (avoid.get(self.nodes[i].name, 0), i))
-            self._use(i, gang)
-            return ((self.nodes[i].name, gang),)
-        return None
+        if within is not None:
+            i = self._best_within(gang, within, avoid or {})
+        else:
+            f = self._levels[bisect_left(self._levels, gang)]     # best fit: the fewest free
+            i = (min(self._by_free[f]) if not avoid else
+                 min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
+        self._use(i, gang)
+        return ((self.nodes[i].name, gang),)
+
+    def _best_within(self, gang: int, within: Collection[str], avoid: Mapping[str, int]) -> int:
+        """Best fit among the named nodes (the fewest free GPUs that still fit the gang, then
+        the fewest GPUs in `avoid`, then node order); only called when one fits."""
+        best: tuple[int, int, int] | None = None
+        for name in within:
+            i = self._index.get(name)
+            if i is not None and self._free[i] >= gang:
+                key = (self._free[i], avoid.get(name, 0), i)
+                if best is None or key < best:
+                    best = key
+        assert best is not None
+        return best[2]
 
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
