@@ -6,7 +6,9 @@ X (no limit), A (`--exclude=gpu[01-02]`) and B (`--constraint=fast`). Counting G
 placement would put them on gpu01, gpu02 and gpu03 by node order: A on a node it excludes and
 B on one without its feature. Read from squeue and sinfo (`Snapshot.allowed_nodes`), the plan
 puts A on gpu03 and B on gpu04; the daemon pins both there (a pin within the nodes a job may
-run on is accepted: verified here on 22.05) and every job starts where the plan put it.
+run on is accepted: verified here on 22.05) and every job starts where the plan put it. (A pin
+outside a job's limits is accepted too, but the released job then stays PENDING in
+Reason=BadConstraints: checked by hand on 22.05 for `--exclude` and `--constraint`.)
 
 Only this test's jobs are scheduled (`job_filter`) and they are cancelled at the end.
 """
