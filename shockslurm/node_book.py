@@ -4,23 +4,40 @@
 
 Rule 1 of `placement` lives here: a gang that some node can hold sits on one node (best fit:
 the node with the fewest free GPUs that still fits it, then node order); a larger gang takes
-whole free nodes, the largest first, as few as cover it.
+whole free nodes, the largest first, as few as cover it. For a job limited to some nodes
+(`within`) the same holds among those nodes: a gang larger than each of them takes whole free
+ones of them, but only its GPUs there (the node can still hold it alone on a larger node of
+another job's, so it is not a multi-node gang of the cluster's, which owns its nodes).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares
 
 
+@dataclass(frozen=True)
+class _NodeSet:
+    """Some nodes of a book (a job's `within`): their indices and the most GPUs one has."""
+
+    indices: frozenset[int]
+    largest: int
+
+
+NodeSets = dict[frozenset[str], _NodeSet]
+
+
 class NodeBook:
     """Free GPUs per node while gangs are placed one by one (a mutable scratch pad)."""
 
-    def __init__(self, nodes: Sequence[Node], reserved: Mapping[str, int] | None = None) -> None:
+    def __init__(self, nodes: Sequence[Node], reserved: Mapping[str, int] | None = None,
+                 node_sets: NodeSets | None = None) -> None:
         """`reserved`: GPUs per node name held by jobs placement does not manage (taken from
-        the start; a node with any is not whole)."""
+        the start; a node with any is not whole). `node_sets`: the `within` sets already read,
+        shared by the books of one set of nodes (a job's set is read once, not per call)."""
         if not nodes:
             raise ValueError("placement needs at least one node")
         names = [n.name for n in nodes]
@@ -40,6 +57,7 @@ class NodeBook:
         self._whole: set[int] = set(range(len(self.nodes)))
         self._whole_gpus = sum(self._cap)
         self._free_total = sum(self._cap)
+        self._sets: NodeSets = {} if node_sets is None else node_sets
         for name, gpus in (reserved or {}).items():
             if name not in self._index:
                 raise ValueError(f"reserved GPUs on unknown node {name!r}")
@@ -59,22 +77,32 @@ class NodeBook:
         """True for a gang larger than every node (rule 1: it takes whole nodes)."""
         return gang > self.largest
 
+    def node_set(self, within: Collection[str]) -> _NodeSet:
+        """The book's nodes among `within` (names of other nodes are ignored)."""
+        key = within if isinstance(within, frozenset) else frozenset(within)
+        found = self._sets.get(key)
+        if found is None:
+            indices = frozenset(self._index[n] for n in key if n in self._index)
+            found = self._sets[key] = _NodeSet(indices,
+                                                max((self._cap[i] for i in indices), default=0))
+        return found
+
     def can_take(self, gang: int, within: Collection[str] | None = None) -> bool:
         """Whether a gang of `gang` GPUs can still be placed (on the nodes named in `within`
         only, when given: the nodes a job may run on)."""
         if gang <= 0:
             return False
         if within is not None:
-            return self._fits_within(gang, frozenset(within))
+            return self._fits_within(gang, self.node_set(within))
         if self.multi_node(gang):
             return self._whole_gpus >= gang
         return bool(self._levels) and self._levels[-1] >= gang
 
-    def _fits_within(self, gang: int, within: Collection[str]) -> bool:
-        allowed = [self._index[n] for n in within if n in self._index]
-        if self.multi_node(gang):
-            return sum(self._cap[i] for i in allowed if i in self._whole) >= gang
-        return any(self._free[i] >= gang for i in allowed)
+    def _fits_within(self, gang: int, nodes: _NodeSet) -> bool:
+        if gang > nodes.largest:
+            return sum(self._cap[i] for i in self._whole & nodes.indices) >= gang
+        return any(not self._by_free[f].isdisjoint(nodes.indices)
+                   for f in self._levels[bisect_left(self._levels, gang):])
 
     # ------------------------------------------------------------------ placing
     def take(self, gang: int, prefer: NodeShares | None = None,
@@ -84,38 +112,27 @@ class NodeBook:
         equally good nodes, the one with the fewest GPUs in `avoid`), on the nodes named in
         `within` only when given (the nodes the job may run on); None when it cannot be
         placed."""
-        within = None if within is None else frozenset(within)
-        if not self.can_take(gang, within):
+        nodes = None if within is None else self.node_set(within)
+        if gang <= 0 or (nodes is not None and not self._fits_within(gang, nodes)) \
+                or (nodes is None and not self.can_take(gang)):
             return None
-        if self.multi_node(gang):
-            return self._take_whole(gang, within)
-        if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index \
-                and (within is None or prefer[0][0] in within):
+        if nodes is not None and gang > nodes.largest:
+            return self._take_whole(gang, nodes.indices)
+        if nodes is None and self.multi_node(gang):
+            return self._take_whole(gang)
+        if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index:
             i = self._index[prefer[0][0]]
-            if self._free[i] >= gang:
+            if self._free[i] >= gang and (nodes is None or i in nodes.indices):
                 self._use(i, gang)
                 return ((self.nodes[i].name, gang),)
-        if within is not None:
-            i = self._best_within(gang, within, avoid or {})
-        else:
-            f = self._levels[bisect_left(self._levels, gang)]     # best fit: the fewest free
-            i = (min(self._by_free[f]) if not avoid else
-                 min(self._by_free[f], key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
-        self._use(i, gang)
-        return ((self.nodes[i].name, gang),)
-
-    def _best_within(self, gang: int, within: Collection[str], avoid: Mapping[str, int]) -> int:
-        """Best fit among the named nodes (the fewest free GPUs that still fit the gang, then
-        the fewest GPUs in `avoid`, then node order); only called when one fits."""
-        best: tuple[int, int, int] | None = None
-        for name in within:
-            i = self._index.get(name)
-            if i is not None and self._free[i] >= gang:
-                key = (self._free[i], avoid.get(name, 0), i)
-                if best is None or key < best:
-                    best = key
-        assert best is not None
-        return best[2]
+        for f in self._levels[bisect_left(self._levels, gang):]:    # best fit: the fewest free
+            bucket = self._by_free[f] if nodes is None else self._by_free[f] & nodes.indices
+            if bucket:
+                i = (min(bucket) if not avoid else
+                     min(bucket, key=lambda i: (avoid.get(self.nodes[i].name, 0), i)))
+                self._use(i, gang)
+                return ((self.nodes[i].name, gang),)
+        return None
 
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
@@ -141,23 +158,25 @@ class NodeBook:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)
 
-    def _take_whole(self, gang: int, names: Collection[str] | None = None) -> NodeShares | None:
-        """Whole free nodes for a multi-node gang (of `names` only, when given), the largest
-        first; None, and nothing taken, when they do not cover it."""
+    def _take_whole(self, gang: int, indices: Collection[int] | None = None
+                    ) -> NodeShares | None:
+        """Whole free nodes for a gang no single node (of `indices`, when given) holds, the
+        largest first; None, and nothing taken, when they do not cover it. A multi-node gang of
+        the cluster's takes its nodes whole; one only limited to smaller nodes, its GPUs."""
         shares: list[tuple[str, int]] = []
         left = gang
-        for i in sorted(self._whole, key=lambda i: (-self._cap[i], i)):
+        free = self._whole if indices is None else self._whole & set(indices)
+        for i in sorted(free, key=lambda i: (-self._cap[i], i)):
             if left <= 0:
                 break
-            if names is not None and self.nodes[i].name not in names:
-                continue
             shares.append((self.nodes[i].name, min(left, self._cap[i])))
             left -= self._cap[i]
         if left > 0:
             return None
-        for name, _ in shares:
+        whole = self.multi_node(gang)
+        for name, g in shares:
             i = self._index[name]
-            self._use(i, self._cap[i])
+            self._use(i, self._cap[i] if whole else g)
         return tuple(sorted(shares, key=lambda s: self._index[s[0]]))
 
     def _use(self, i: int, gpus: int) -> None:
@@ -200,6 +219,11 @@ def stay_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) ->
     return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), j))
 
 
-def new_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
-    """Rule 3's order: multi-node gangs first, then largest first, then job id."""
-    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), -gangs[j], j))
+def new_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int],
+              limited: Mapping[int, Collection[str]] | None = None) -> list[int]:
+    """Rule 3's order: multi-node gangs first, then largest first, then (of one size) the jobs
+    `limited` to some nodes, those with the fewest first (they have fewer to go to), then job
+    id."""
+    few = limited or {}
+    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), -gangs[j],
+                                       len(few[j]) if j in few else len(book.nodes) + 1, j))

@@ -46,16 +46,41 @@ that this module and the planners use to keep their own packing within what can 
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Collection, Mapping, Sequence
 
 from .model import Node, NodeShares
-from .node_book import NodeBook, new_order, stay_order
+from .node_book import NodeBook, NodeSets, new_order, stay_order
 
 
-# The nodes each job may run on (job id -> node names), for the jobs limited to some nodes
-Allowed = Mapping[int, frozenset[str]]
+@dataclass(frozen=True)
+class Allowed:
+    """The nodes each job limited to some may run on (job id -> node names), and the node sets
+    the books of one placement share (each job's set read once)."""
+
+    nodes: Mapping[int, frozenset[str]]
+    sets: NodeSets = field(default_factory=dict)
+
+    def get(self, job_id: int) -> frozenset[str] | None:
+        return self.nodes.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.nodes
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+    def book(self, nodes: Sequence[Node], reserved: Mapping[str, int] | None) -> NodeBook:
+        return NodeBook(nodes, reserved, self.sets)
+
+    def demand(self, jobs: Collection[int]) -> dict[str, int]:
+        """How many of `jobs` are limited to each node (gangs avoid those nodes)."""
+        count: dict[str, int] = {}
+        for names, jobs_there in Counter(self.nodes[j] for j in jobs if j in self.nodes).items():
+            for name in names:
+                count[name] = count.get(name, 0) + jobs_there
+        return count
 
 
 @dataclass(frozen=True)
@@ -88,10 +113,12 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
                    running: Mapping[int, NodeShares], reserved: Mapping[str, int] | None,
                    allowed: Allowed) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rules 2 and 3: running planned jobs stay, the others fill in."""
-    book = NodeBook(nodes, reserved)
+    book = allowed.book(nodes, reserved)
     shares = _stay(book, gangs, running)
-    for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
-        got = book.take(gangs[j], within=allowed.get(j))
+    left = [j for j in gangs if j not in shares]
+    avoid = allowed.demand(left) or None       # gangs leave limited ones their nodes
+    for j in new_order(book, gangs, left, allowed.nodes):
+        got = book.take(gangs[j], avoid=avoid, within=allowed.get(j))
         if got is not None:
             shares[j] = got
     return book, shares
@@ -104,7 +131,7 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
     """Rule 4, first try: each left-over single-node gang takes the node where it displaces the
     fewest running jobs (then the fewest GPUs), and the displaced gangs are placed again by best
     fit. Only tried while the cluster has as many free GPUs as the gang."""
-    book = NodeBook(nodes, reserved)
+    book = allowed.book(nodes, reserved)
     shares: dict[int, NodeShares] = {}
     on_node: dict[str, list[int]] = {}
     for j, where in placed.items():
@@ -112,14 +139,17 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         shares[j] = where
         if len(where) == 1 and not book.multi_node(gangs[j]):
             on_node.setdefault(where[0][0], []).append(j)
-    for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
+    for j in new_order(book, gangs, (j for j in gangs if j not in shares), allowed.nodes):
         g, within = gangs[j], allowed.get(j)
         if book.multi_node(g) or book.free_gpus < g:
             continue
         best: tuple[tuple[int, int, int], str, list[int]] | None = None
         for index, node in enumerate(book.nodes):
             free = book.free_on(node.name)
-            if node.gpus < g or free == 0 or (within is not None and node.name not in within):
+            if within is not None and (node.name not in within or node.gpus < g
+                                       or not (free or on_node.get(node.name))):
+                continue                   # a limited gang may empty a full node of its own
+            if within is None and (node.gpus < g or free == 0):
                 continue
             evict: list[int] = []
             for k in sorted(on_node.get(node.name, ()), key=lambda k: (k in running, -gangs[k], k)):
@@ -152,7 +182,7 @@ def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[in
             ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4: the whole plan by rule 3, running jobs preferring their own node, other jobs
     preferring nodes that fewer running jobs still to be placed call home."""
-    book = NodeBook(nodes, reserved)
+    book = allowed.book(nodes, reserved)
     shares: dict[int, NodeShares] = {}
     homes: dict[str, int] = {}
     for j in gangs:
@@ -172,42 +202,39 @@ def _fill(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int,
           ) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rule 4, last try (moves no running job): rules 2 and 3 for the running and multi-node
     gangs, then each node in turn, the fullest first, filled with the single-node gangs whose
-    sizes add up closest to its free GPUs (largest sizes first, then job id; of one size, the
-    jobs limited to some nodes first, they have fewer to go to). Best fit largest first misses
+    sizes add up closest to its free GPUs (largest sizes first; of one size, the jobs limited
+    to the fewest nodes first, they have fewer to go to, then rule 3's order). Best fit largest first misses
     fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
-    book = NodeBook(nodes, reserved)
+    book = allowed.book(nodes, reserved)
     shares = _stay(book, gangs, running)
     anywhere: dict[int, deque[int]] = {}     # single-node gangs by size, in rule 3's order
-    limited: dict[int, list[int]] = {}       # those of them limited to some nodes
-    for j in new_order(book, gangs, (j for j in gangs if j not in shares)):
-        if book.multi_node(gangs[j]):
+    limited: dict[frozenset[str], dict[int, deque[int]]] = {}   # the same by the nodes allowed
+    seen: dict[frozenset[str], int] = {}     # each node set's first job in that order
+    for j in new_order(book, gangs, (j for j in gangs if j not in shares), allowed.nodes):
+        if book.multi_node(gangs[j]) or (j in allowed and gangs[j] > book.node_set(
+                allowed.nodes[j]).largest):
             got = book.take(gangs[j], within=allowed.get(j))
             if got is not None:
                 shares[j] = got
         elif j in allowed:
-            limited.setdefault(gangs[j], []).append(j)
+            key = allowed.nodes[j]
+            seen.setdefault(key, len(seen))
+            limited.setdefault(key, {}).setdefault(gangs[j], deque()).append(j)
         else:
             anywhere.setdefault(gangs[j], deque()).append(j)
-    on_node: dict[str, list[int]] = {}      # the limited gangs each node may take, in order
-    for js in limited.values():
-        for j in js:
-            for name in allowed[j]:
-                on_node.setdefault(name, []).append(j)
-    taken: set[int] = set()
+    # of one size, the jobs limited to the fewest nodes take a node's room first
+    groups = sorted(limited.items(), key=lambda item: (len(item[0]), seen[item[0]]))
     for i in sorted(range(len(book.nodes)), key=lambda i: (book.free_on(book.nodes[i].name), i)):
         name = book.nodes[i].name
-        here: dict[int, deque[int]] = {}
-        for j in on_node.get(name, ()):
-            if j not in taken:
-                here.setdefault(gangs[j], deque()).append(j)
-        counts = {g: len(anywhere.get(g, ())) + len(here.get(g, ()))
-                  for g in set(anywhere) | set(here)}
+        here = [sizes for key, sizes in groups if name in key]
+        counts = {g: len(js) for g, js in anywhere.items()}
+        for sizes in here:
+            for g, js in sizes.items():
+                counts[g] = counts.get(g, 0) + len(js)
         for size in _closest_sum(book.free_on(name), counts):
-            if here.get(size):
-                j = here[size].popleft()
-                taken.add(j)
-            else:
-                j = anywhere[size].popleft()
+            queue = next((sizes[size] for sizes in here if sizes.get(size)), None) \
+                or anywhere[size]
+            j = queue.popleft()
             book.take_at(((name, size),))
             shares[j] = ((name, size),)
     return book, shares
@@ -240,8 +267,9 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
     not in it may run on any node). See the module's rules; `moves=False` skips rule 4 (no
     running job is moved: what does not fit around them is unplaced)."""
     running = dict(running or {})
-    allow: Allowed = {j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs}
-    waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running}
+    allow = Allowed({j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs})
+    waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running
+               and (j not in allow or all(n in allow.nodes[j] for n, _ in s))}
     homes = {**waiting, **running}
     bad = sorted(j for j, g in gangs.items() if g <= 0)
     if bad:

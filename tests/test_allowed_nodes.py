@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shockslurm.model import RoundPlan, Snapshot, parse_cluster_shape
+from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape
 from shockslurm.node_book import NodeBook
 from shockslurm.placement import place
 from shockslurm.plan_on_nodes import place_around, place_plan
@@ -31,7 +31,9 @@ def test_a_limited_job_is_placed_on_its_nodes_only_and_nothing_that_fits_is_drop
     allowed = _allowed(data, nodes, plan)
     result = place(nodes, plan, running, reserved, allowed=allowed)
     gangs = {**{j: sum(g for _, g in s) for j, s in running.items()}, **plan}
-    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    staying = {j for j, s in result.shares.items() if s == running.get(j)}
+    _check_capacity_and_shape(nodes, gangs, reserved, result,
+                              {j: a for j, a in allowed.items() if j not in staying})
     for j, shares in result.shares.items():
         if j in allowed and shares != running.get(j):     # a running job may stay where it is
             assert {n for n, _ in shares} <= allowed[j], (j, shares, allowed[j])
@@ -103,3 +105,35 @@ def test_the_window_layout_lays_a_limited_job_only_where_its_nodes_have_room() -
     # GPUs others hold count too: with node02 reserved, only one job a round fits
     assert [len(r) for r in pack([1, 3], {1: 1, 3: 1}, gang, 8, 2, nodes,
                                  reserved={"node02": 4})] == [1, 1]
+
+
+def test_a_gang_larger_than_each_node_it_may_use_spans_them():
+    """A job of 8 GPUs limited to two 4-GPU nodes beside an 8-GPU node (`-N2 --gres=gpu:4
+    --exclude=a1`): it takes both small nodes, only its GPUs there (before: never placed, the
+    cluster's largest node held the gang, so it counted as a single-node gang)."""
+    nodes = (Node("a1", 8), Node("v1", 4), Node("v2", 4))
+    allowed = {1: frozenset({"v1", "v2"})}
+    assert NodeBook(nodes).can_take(8, allowed[1]) and not NodeBook(nodes).can_take(9, allowed[1])
+    result = place(nodes, {1: 8, 2: 8}, allowed=allowed)
+    assert result.shares == {1: (("v1", 4), ("v2", 4)), 2: (("a1", 8),)}
+    book = NodeBook(nodes)
+    assert book.take(6, within=allowed[1]) == (("v1", 4), ("v2", 2))
+    assert book.free_on("v2") == 2            # not a whole-node gang of the cluster's
+    book.release((("v1", 4), ("v2", 2)))
+    assert book.free_gpus == 16
+
+
+def test_unlimited_gangs_leave_a_limited_job_its_node():
+    """Job 1 may only use n0; job 2 may use any node: best fit alone put job 2 on n0 (node
+    order) and left job 1 out while n1 and n2 stood empty."""
+    nodes = tuple(Node(f"n{i}", 4) for i in range(3))
+    result = place(nodes, {1: 1, 2: 4}, allowed={1: frozenset({"n0"})})
+    assert result.shares == {2: (("n1", 4),), 1: (("n0", 1),)} and not result.unplaced
+
+
+def test_a_released_job_pinned_outside_its_nodes_is_placed_within_them():
+    """Pinned to v1 (by a daemon before the limit was read, or before the node lost a
+    feature): Slurm would hold it in BadConstraints there, so placement does not keep it."""
+    nodes = (Node("a1", 8), Node("v1", 8))
+    result = place(nodes, {1: 4}, pinned={1: (("v1", 4),)}, allowed={1: frozenset({"a1"})})
+    assert result.shares == {1: (("a1", 4),)}

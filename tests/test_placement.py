@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from shockslurm.model import Node, RoundPlan, Snapshot, parse_cluster_shape, pool
 from shockslurm.node_book import NodeBook
-from shockslurm.placement import Placement, _place_keeping, place
+from shockslurm.placement import Allowed, Placement, _place_keeping, place
 from shockslurm.plan_on_nodes import free_after, place_around, place_plan
 
 from .conftest import make_view
@@ -49,7 +49,10 @@ def cases(draw):
     return nodes, plan, running, reserved
 
 
-def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement) -> None:
+def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement,
+                              allowed=None) -> None:
+    """Nodes within capacity, gangs whole, a gang on one node when one it may use holds it
+    (`allowed`: the nodes of the jobs limited to some), multi-node gangs owning their nodes."""
     cap = {n.name: n.gpus for n in nodes}
     largest = max(cap.values())
     used = {n: reserved.get(n, 0) for n in cap}
@@ -58,7 +61,8 @@ def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement) -> None
         assert sum(g for _, g in shares) == gangs[j], f"gang of job {j} not whole"
         assert len({n for n, _ in shares}) == len(shares)
         multi = gangs[j] > largest
-        if not multi:
+        within = (allowed or {}).get(j, cap)
+        if gangs[j] <= max((cap[n] for n in within if n in cap), default=0):
             assert len(shares) == 1, f"job {j} fits one node but spans {shares}"
         for n, g in shares:
             assert g > 0
@@ -114,7 +118,7 @@ def test_running_jobs_stay_where_they_are_when_they_can(case) -> None:
             assert result.shares[j] == running[j]
     if result.moved:
         # a move happens only when keeping everyone in place would leave planned GPUs unplaced
-        _, stay = _place_keeping(nodes, plan, running, reserved, {})
+        _, stay = _place_keeping(nodes, plan, running, reserved, Allowed({}))
         assert sum(plan[j] for j in stay) < sum(plan[j] for j in result.shares if j in plan)
     # a plan of exactly the running jobs stays put
     same = place(nodes, {j: sum(g for _, g in s) for j, s in running.items()}, running,
@@ -141,7 +145,7 @@ def test_released_jobs_stay_on_their_pinned_nodes_and_are_never_moved_or_kept(ca
     assert set(result.kept) <= set(running) - set(plan)
     same = place(nodes, {j: gangs[j] for j in sitting}, running, reserved, pinned=pinned)
     assert dict(same.shares) == sitting and not same.moved and not same.unplaced
-    _, stay = _place_keeping(nodes, plan, sitting, reserved, {})
+    _, stay = _place_keeping(nodes, plan, sitting, reserved, Allowed({}))
     if len(stay) == len(plan):       # rules 2-3 place the whole plan, every pin kept
         assert all(result.shares[j] == pinned[j] for j in set(plan) & released)
 

@@ -199,7 +199,7 @@ class SlurmActions:
         deadline = t0 + wait_s
         while True:
             jobs = self._squeue()
-            if not any(j.job_id in waiting and j.state.holds_gpus for j in jobs):
+            if not any(j.job_id in waiting and j.holds_gpus for j in jobs):
                 break
             left = deadline - self._monotonic()
             if left <= 0:
@@ -230,7 +230,7 @@ class SlurmActions:
         daemon's `uhold`, still RUNNING), so they would run outside the plan on GPUs it gave to
         others."""
         wanted = set(job_ids)
-        return [j for j in self._squeue() if j.job_id in wanted and j.state.holds_gpus]
+        return [j for j in self._squeue() if j.job_id in wanted and j.holds_gpus]
 
     def _wait_stopped(self, run: frozenset[int], stopping: set[int],
                       stats: EnactStats) -> set[int]:
@@ -241,7 +241,7 @@ class SlurmActions:
         requeued = set(stopping)
         while True:
             jobs = [j for j in self._squeue() if self._ours(j)]
-            holding = {j.job_id for j in jobs if j.job_id in stopping and j.state.holds_gpus}
+            holding = {j.job_id for j in jobs if j.job_id in stopping and j.holds_gpus}
             escaped = {j.job_id for j in jobs if j.state is JobState.RUNNING
                        and j.job_id not in run and j.job_id not in requeued}
             if escaped:

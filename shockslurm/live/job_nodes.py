@@ -45,13 +45,18 @@ class NodeLimits:
     def __init__(self, nodes: Sequence[SlurmNode]) -> None:
         self.nodes: Mapping[str, SlurmNode] = {n.name: n for n in nodes}
         self._by_partitions: dict[frozenset[str], frozenset[str]] = {}
+        self._answers: dict[tuple[object, ...], frozenset[str] | None] = {}
 
     def allowed(self, job: SlurmJob) -> frozenset[str] | None:
-        """The names of the nodes the job may run on; None when it may run on every one."""
-        names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))
-        for rule in _rules(job):
-            names = frozenset(n for n in names if rule(self.nodes[n]))
-        return None if len(names) == len(self.nodes) else names
+        """The names of the nodes the job may run on; None when it may run on every one.
+        Jobs with the same limits share one answer (read once a round, however many jobs)."""
+        key = (job.partition, job.gpu_types, job.excluded_nodes, job.user_nodes, job.features)
+        if key not in self._answers:
+            names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))
+            for rule in _rules(job):
+                names = frozenset(n for n in names if rule(self.nodes[n]))
+            self._answers[key] = None if len(names) == len(self.nodes) else names
+        return self._answers[key]
 
     def _of_partitions(self, partitions: frozenset[str]) -> frozenset[str]:
         """The nodes in any of `partitions` (every node when the job names none)."""

@@ -178,7 +178,7 @@ def _node_from_record(rec: Mapping[str, Any]) -> SlurmNode:
         gpu_types=gpu_types(text(rec.get("gres"), ctx, "gres"), ctx, "gres"),
         gpus_used=gpu_count(text(rec.get("gres_used"), ctx, "gres_used"), ctx, "gres_used"),
         partitions=strings(rec.get("partitions"), ctx, "partitions"),
-        features=_features(rec.get("active_features")) or _features(rec.get("features")),
+        features=_features(rec.get("active_features")) | _features(rec.get("features")),
     )
 
 
@@ -198,7 +198,7 @@ def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
     part = rec.get("partition") or {}
     part_name = text(part.get("name"), ctx, "partition.name") if isinstance(part, Mapping) else ""
     feats = rec.get("features")
-    features = (_features(feats.get("active")) or _features(feats.get("total"))
+    features = (_features(feats.get("active")) | _features(feats.get("total"))
                 if isinstance(feats, Mapping) else _features(feats))
     state = node_state(node_block.get("state"), None, ctx)
     total = gpu_count(text(gres.get("total"), ctx, "gres.total"), ctx, "gres.total")
@@ -213,7 +213,9 @@ def _nodes_from_sinfo_record(rec: Mapping[str, Any]) -> list[SlurmNode]:
 def _features(listed: Any) -> frozenset[str]:
     """A node's features from Slurm's comma-separated list ("a100,ib" -> {"a100", "ib"}; 22.05
     `sinfo`) or a list of them (23.02+ `scontrol show nodes`); none from anything else (a node
-    whose features cannot be read takes no job that asks for one)."""
+    whose features cannot be read takes no job that asks for one). A node's features for the
+    node rules are its available and active ones together: with changeable features (a
+    node_features plugin) Slurm reboots a node into an available one a job asks for."""
     if isinstance(listed, str):
         listed = listed.split(",")
     if not isinstance(listed, (list, tuple)):

@@ -175,7 +175,7 @@ class SlurmNode:
     gpus: int                        # configured gres gpu count
     gpus_used: int
     partitions: tuple[str, ...]
-    features: frozenset[str] = frozenset()   # its active features (what --constraint matches)
+    features: frozenset[str] = frozenset()   # available and active features (--constraint)
     gpu_types: frozenset[str] = frozenset()  # the types of its GPUs ("gpu:a100:8"), none if untyped
 
     @property
