@@ -37,8 +37,8 @@ the result depends only on its input:
 placed whole and unchanged, so pool numbers are those of a plain GPU count.
 
 The functions are pure (nodes, gang sizes, current placements and the GPUs that unmanaged jobs
-hold in, a `Placement` out) and fast (about 0.1 s for 5,000 gangs on 1,000 nodes; 0.2-0.4 s when half of 2,000-5,000
-gangs are each limited to 100 of them): the live side can call `place` on what it reads from
+hold in, a `Placement` out) and fast (about 0.1 s for 5,000 gangs on 1,000 nodes; about 0.3 s when half of them are
+limited to 100, 900 or 999 of the nodes): the live side can call `place` on what it reads from
 Slurm.
 `node_book.NodeBook` is the incremental form (can a gang still fit, take it; rules 1 and 3)
 that this module and the planners use to keep their own packing within what can be placed.
