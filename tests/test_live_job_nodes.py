@@ -86,17 +86,18 @@ def test_node_features_are_read_from_every_sinfo_shape():
 
 def test_the_snapshot_says_where_limited_jobs_may_run_and_the_plan_keeps_to_it():
     """Job 1 excludes gpu01 and gpu02, job 2 asks for an h100, job 3 for a feature no node has,
-    job 4 has no limit: placement puts 1 and 2 on gpu03 (4 + 4 GPUs), drops 3, and the round
-    pins 1 and 2 there."""
+    job 4 has no limit: job 3 is never planned (flagged), placement puts 1 and 2 on gpu03
+    (4 + 4 GPUs), and the round pins 1 and 2 there."""
     jobs = [replace(job(1, gpus=4), excluded_nodes="gpu[01-02]"),
             replace(job(2, gpus=4), features="h100"), replace(job(3), features="v100"), job(4)]
     b = NodesBackend(jobs, NODES[:3])
     c = cluster(b)
     snap = c.observe(1000.0)
     assert snap.allowed_nodes == {1: {"gpu03"}, 2: {"gpu03"}, 3: frozenset()}
-    placed = place_plan(RoundPlan(frozenset({1, 2, 3, 4})), snap)
+    assert sorted(v.job_id for v in snap.jobs) == [1, 2, 4]
+    assert "--constraint v100" in c.impossible[(3, job(3).submit_time)]
+    placed = place_plan(RoundPlan(frozenset({1, 2, 4})), snap)
     assert placed.placement[1] == (("gpu03", 4),) and placed.placement[2] == (("gpu03", 4),)
-    assert placed.info["unplaced"] == [3]
     c.enact(placed, snap)
     assert ("scontrol", "update", "JobId=1", "ReqNodeList=gpu03") in b.log
     assert ("scontrol", "update", "JobId=2", "ReqNodeList=gpu03") in b.log
@@ -132,3 +133,25 @@ def test_a_job_asking_for_a_gpu_type_may_run_only_on_nodes_with_it():
     from shockslurm.slurm.parse import parse_squeue
     (parsed,) = parse_squeue(rec)
     assert parsed.gpus == 2 and parsed.gpu_types == {"a100"}
+
+
+def test_a_job_none_of_whose_nodes_can_ever_hold_it_is_flagged_and_never_planned():
+    """Two managed partitions: `small` of 4-GPU nodes, `big` of 8-GPU ones. An 8-GPU job of
+    `small`, or one excluding every node of its partition, can never start (Slurm 22.05 takes
+    such a held job and leaves it pending): flagged once, naming its limits, and never offered
+    to the policy; an 8-GPU job of `big`, or a `small` one of 4 whose node is drained now
+    (it comes back), is planned as usual."""
+    nodes = [SlurmNode("s1", "idle", 4, 0, ("small",)), SlurmNode("s2", "drained", 4, 0, ("small",)),
+             SlurmNode("b1", "idle", 8, 0, ("big",))]
+    jobs = [replace(job(1, gpus=8), partition="small"), replace(job(2, gpus=8), partition="big"),
+            replace(job(3), partition="small", excluded_nodes="s[1-2]"),
+            replace(job(4, gpus=4), partition="small", excluded_nodes="s1")]
+    b = NodesBackend(jobs, nodes)
+    c = cluster(b, partitions=("small", "big"))
+    snap = c.observe(1000.0)
+    assert sorted(v.job_id for v in snap.jobs) == [2, 4]
+    reasons = {k[0]: r for k, r in c.impossible.items()}
+    assert sorted(reasons) == [1, 3]
+    assert "partition small" in reasons[1] and "4 at most" in reasons[1]
+    assert "--exclude s[1-2]" in reasons[3]
+    assert snap.allowed_nodes[4] == frozenset()    # s2 is drained now: it waits for it

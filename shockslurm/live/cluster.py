@@ -74,6 +74,7 @@ from .acting import (CONTROLLER_DOWN_RE, GRACE_SECONDS, PARTITIONS, STOP_POLL_S,
                      STOP_TIMEOUT_S)
 from .churn import ChurnGuard
 from .events import others_holding, watched_partitions
+from .job_nodes import NodeLimits, never_fits
 from .credentials import RecentDepartures
 from .idle import SwitchClock, waiting_gpus
 from .layout import Layout, impossible_reason, read_layout, unplaceable_idle_gpu_s
@@ -199,16 +200,20 @@ class SlurmCluster(EventPolling):
             log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
 
     def _impossible(self, active: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> set[int]:
-        """Pending jobs of ours no usable node can ever hold (more GPUs per node than any)."""
-        usable = [n.gpus for n in nodes if n.usable and set(n.partitions) & set(self.partitions)]
+        """Pending jobs of ours no usable node can ever hold (more GPUs per node than any), or
+        no node they may run on (`job_nodes.never_fits`: their partition's, GPU type, user's
+        limits; counted over the managed nodes in any state, a drained one comes back)."""
+        ours = [n for n in nodes if set(n.partitions) & set(self.partitions) and n.gpus > 0]
+        usable = [n.gpus for n in ours if n.usable]
         if not usable:       # nothing usable now: no verdict (capacity is 0 anyway)
             return set()
         biggest, total = max(usable), sum(usable)
+        limits = NodeLimits(ours)
         out = set()
         for job in active:
             if job.state is not JobState.PENDING:
                 continue
-            reason = impossible_reason(job, biggest, total)
+            reason = impossible_reason(job, biggest, total) or never_fits(job, limits)
             if reason is not None:
                 out.add(job.job_id)
                 self._flag_once(self.impossible, job, reason)

@@ -87,3 +87,29 @@ def _rules(job: SlurmJob) -> list[Callable[[SlurmNode], bool]]:
 def limited_jobs(limits: NodeLimits, jobs: Collection[SlurmJob]) -> dict[int, frozenset[str]]:
     """The jobs of `jobs` that may run on some of the nodes only, and those nodes."""
     return {job.job_id: names for job in jobs if (names := limits.allowed(job)) is not None}
+
+
+def never_fits(job: SlurmJob, limits: NodeLimits) -> str | None:
+    """Why none of the nodes the job may run on (`limits`: the managed partitions' nodes in
+    any state) can ever hold it, or None: a job of another partition's nodes, or one whose GPU
+    type, `--exclude`, `-w` or `--constraint` leaves it too few or too small ones."""
+    allowed = limits.allowed(job)
+    if allowed is None:
+        return None
+    caps = sorted(limits.nodes[n].gpus for n in allowed)
+    if not caps:
+        return f"impossible request: no node of the managed partitions is one it may run on " \
+               f"({_limits_text(job)})"
+    if job.gpus_per_node > caps[-1] or job.gpus > sum(caps):
+        per_node = f" ({job.gpus_per_node} per node)" if job.gpus_per_node else ""
+        return (f"impossible request: {job.gpus} GPUs{per_node}, the nodes it may run on "
+                f"({_limits_text(job)}) have {caps[-1]} at most, {sum(caps)} in all")
+    return None
+
+
+def _limits_text(job: SlurmJob) -> str:
+    """The job's limits in words: "partition gpu, --exclude gpu01"."""
+    given = (("partition", job.partition), ("GPU type", ",".join(sorted(job.gpu_types))),
+             ("-w", job.user_nodes), ("--exclude", job.excluded_nodes),
+             ("--constraint", job.features))
+    return ", ".join(f"{name} {value}" for name, value in given if value)
