@@ -8,17 +8,21 @@ the result depends only on its input:
 1. A gang is *single-node* when some node of the cluster has at least its GPUs: it then sits on
    one node. A larger gang is *multi-node*: it takes whole free nodes (the largest first, as few
    as cover it) and no other gang shares them; the GPUs of its last node beyond the gang idle.
-   A job limited to some nodes (`allowed`: its partition's, those its user's own limits leave
-   it on the live cluster) is placed on those only, by the same rules.
+   A job limited to some nodes (`allowed`: on the live cluster its partition's, of its GPU
+   type, those its user's own limits leave it) is placed on those only, by the same rules
+   among them: a gang larger than each of them takes whole free ones of them, but only its
+   GPUs there (`node_book`). A released job pinned outside them is not kept there (rule 2).
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
    (multi-node gangs first, then by job id); so do planned jobs released to start on nodes
    they do not hold yet (`pinned`: Slurm may be starting them there as the round reads, and
    a job sent elsewhere then starts where it was pinned, on GPUs the plan gave another).
 3. The other planned jobs are placed: multi-node gangs first, then single-node gangs, largest
-   first, each on the node with the fewest free GPUs that still fits it (best fit).
+   first (of one size, the jobs limited to the fewest nodes first), each on the node with the
+   fewest free GPUs that still fits it (best fit; among those, the node the fewest limited
+   jobs may use).
 4. If jobs are left over, three rearrangements are tried: (a) each left-over single-node gang
    takes the node where it displaces the fewest running jobs (then GPUs), the displaced ones
-   placed again by best fit; (b) the whole plan is placed again from scratch by rule 3 (a
+   placed again by best fit (a limited gang may empty a full node of its own); (b) the whole plan is placed again from scratch by rule 3 (a
    running job takes its own node when it has room; among equally good nodes a job takes the
    one where the fewest running jobs not yet placed sit); (c) rules 2-3 for the running and
    multi-node gangs, then each node, the fullest first, filled with the single-node gangs
@@ -37,9 +41,9 @@ the result depends only on its input:
 placed whole and unchanged, so pool numbers are those of a plain GPU count.
 
 The functions are pure (nodes, gang sizes, current placements and the GPUs that unmanaged jobs
-hold in, a `Placement` out) and fast (about 0.1 s for 5,000 gangs on 1,000 nodes; about 0.3 s when half of them are
-limited to 100, 900 or 999 of the nodes): the live side can call `place` on what it reads from
-Slurm.
+hold in, a `Placement` out) and fast (about 0.1 s for 5,000 gangs on 1,000 nodes; about
+0.3 s when half of them are limited to 100, 900 or 999 of the nodes): the live side can call
+`place` on what it reads from Slurm.
 `node_book.NodeBook` is the incremental form (can a gang still fit, take it; rules 1 and 3)
 that this module and the planners use to keep their own packing within what can be placed.
 """
