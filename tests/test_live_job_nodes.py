@@ -155,3 +155,14 @@ def test_a_job_none_of_whose_nodes_can_ever_hold_it_is_flagged_and_never_planned
     assert "partition small" in reasons[1] and "4 at most" in reasons[1]
     assert "--exclude s[1-2]" in reasons[3]
     assert snap.allowed_nodes[4] == frozenset()    # s2 is drained now: it waits for it
+
+
+def test_a_job_whose_only_big_node_is_drained_waits_unflagged_and_runs_when_it_returns():
+    """Before: flagged "never scheduled" for as long as the job lived, though it was planned
+    again the moment the node came back."""
+    drained = [SlurmNode("s1", "idle", 4, 0, ("gpu",)), SlurmNode("b1", "drained", 8, 0, ("gpu",))]
+    b = NodesBackend([job(1, gpus=8)], drained)
+    c = cluster(b)
+    assert [v.job_id for v in c.observe(1000.0).jobs] == [] and c.impossible == {}
+    b._nodes = [drained[0], replace(drained[1], state="idle")]
+    assert [v.job_id for v in c.observe(1010.0).jobs] == [1] and c.impossible == {}

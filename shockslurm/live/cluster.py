@@ -200,23 +200,27 @@ class SlurmCluster(EventPolling):
             log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
 
     def _impossible(self, active: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> set[int]:
-        """Pending jobs of ours no usable node can ever hold (more GPUs per node than any), or
-        no node they may run on (`job_nodes.never_fits`: their partition's, GPU type, user's
-        limits; counted over the managed nodes in any state, a drained one comes back)."""
+        """Pending jobs of ours no usable node can hold now (more GPUs per node than any, or
+        than all): not planned this round. Those that no node of the managed partitions in any
+        state can ever hold, or none they may run on (`job_nodes.never_fits`: their partition's,
+        GPU type, user's limits), are flagged once as well; the others wait for drained or down
+        nodes to come back."""
         ours = [n for n in nodes if set(n.partitions) & set(self.partitions) and n.gpus > 0]
         usable = [n.gpus for n in ours if n.usable]
         if not usable:       # nothing usable now: no verdict (capacity is 0 anyway)
             return set()
-        biggest, total = max(usable), sum(usable)
+        every = [n.gpus for n in ours]
         limits = NodeLimits(ours)
         out = set()
         for job in active:
             if job.state is not JobState.PENDING:
                 continue
-            reason = impossible_reason(job, biggest, total) or never_fits(job, limits)
-            if reason is not None:
+            never = (impossible_reason(job, max(every), sum(every))
+                     or never_fits(job, limits))
+            if never is not None:
+                self._flag_once(self.impossible, job, never)
+            if never is not None or impossible_reason(job, max(usable), sum(usable)):
                 out.add(job.job_id)
-                self._flag_once(self.impossible, job, reason)
         return out
 
     def _leave_alone(self, tagged: Sequence[SlurmJob]) -> None:

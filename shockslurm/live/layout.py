@@ -148,11 +148,11 @@ def unplaceable_idle_gpu_s(jobs: Sequence[SlurmJob], free_gpus: int,
 
 
 def impossible_reason(job: SlurmJob, biggest: int, total: int) -> str | None:
-    """Why no usable node can ever hold `job` (more GPUs per node than the largest usable node's
-    `biggest`, or more GPUs than the managed partitions' `total`), else None."""
+    """Why no node of some (`biggest`: the most GPUs one has, `total`: theirs together) can
+    hold `job` (more GPUs per node than the largest, or more GPUs than all), else None."""
     if job.gpus_per_node > biggest:
-        return (f"impossible request: {job.gpus_per_node} GPUs per node, the largest usable "
-                f"node has {biggest}")
+        return (f"impossible request: {job.gpus_per_node} GPUs per node, the largest node of "
+                f"the managed partitions has {biggest}")
     if job.gpus > total:
         return f"impossible request: {job.gpus} GPUs, the managed partitions have {total}"
     return None
