@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Callable, Collection, Sequence
 
-from ..errors import InputError
 from ..model import pool
 from ..node_book import NodeBook
-from ..slurm.gres import expand_hostlist
+from ..slurm.gres import host_set
 from ..slurm.types import JobState, SlurmJob, SlurmNode
 from .layout import PLACED_STATES, Layout
 
@@ -72,10 +71,8 @@ def others_holding(jobs: Sequence[SlurmJob], ours: Callable[[SlurmJob], bool],
 
 
 def _on(node_list: str, nodes: Collection[str]) -> bool:
-    try:
-        return bool(set(expand_hostlist(node_list)) & set(nodes))
-    except InputError:     # a list we cannot read: count it as on our nodes
-        return True
+    names = host_set(node_list)
+    return names is None or bool(names & set(nodes))   # unreadable: count it as on our nodes
 
 
 def departures_with_waiting(jobs: Sequence[SlurmJob], holding: Collection[int],

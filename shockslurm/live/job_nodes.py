@@ -11,20 +11,11 @@ in full is released unpinned (`pins_allowed`), Slurm applying them alone.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
-from ..errors import InputError
-from ..slurm.constraints import feature_test
-from ..slurm.gres import expand_hostlist
+from ..slurm.constraints import feature_test, node_rules
+from ..slurm.gres import host_set
 from ..slurm.types import SlurmJob, SlurmNode
-
-
-def _host_set(listed: str) -> frozenset[str] | None:
-    """The nodes of a host list, or None when it cannot be read."""
-    try:
-        return frozenset(expand_hostlist(listed))
-    except InputError:
-        return None
 
 
 def pins_allowed(job: SlurmJob) -> bool:
@@ -33,7 +24,7 @@ def pins_allowed(job: SlurmJob) -> bool:
     daemon cannot read (a pin could contradict it)."""
     if job.user_nodes:
         return False
-    if job.excluded_nodes and _host_set(job.excluded_nodes) is None:
+    if job.excluded_nodes and host_set(job.excluded_nodes) is None:
         return False
     return not job.features or feature_test(job.features) is not None
 
@@ -53,8 +44,9 @@ class NodeLimits:
         key = (job.partition, job.gpu_types, job.excluded_nodes, job.user_nodes, job.features)
         if key not in self._answers:
             names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))
-            for rule in _rules(job):
-                names = frozenset(n for n in names if rule(self.nodes[n]))
+            for _, keep in node_rules(gpu_types=job.gpu_types, exclude=job.excluded_nodes,
+                                      nodelist=job.user_nodes, constraint=job.features):
+                names = frozenset(n for n in names if keep(self.nodes[n]))
             self._answers[key] = None if len(names) == len(self.nodes) else names
         return self._answers[key]
 
@@ -65,23 +57,6 @@ class NodeLimits:
                 name for name, node in self.nodes.items()
                 if not partitions or partitions & set(node.partitions))
         return self._by_partitions[partitions]
-
-
-def _rules(job: SlurmJob) -> list[Callable[[SlurmNode], bool]]:
-    """One test per limit of the job the daemon can read (its GPU type, its user's limits)."""
-    rules: list[Callable[[SlurmNode], bool]] = []
-    if job.gpu_types:
-        rules.append(lambda node: job.gpu_types <= node.gpu_types)
-    excluded = _host_set(job.excluded_nodes) if job.excluded_nodes else None
-    if excluded:
-        rules.append(lambda node: node.name not in excluded)
-    chosen = _host_set(job.user_nodes) if job.user_nodes else None
-    if chosen is not None:
-        rules.append(lambda node: node.name in chosen)
-    test = feature_test(job.features) if job.features else None
-    if test is not None:
-        rules.append(lambda node: test(node.features))
-    return rules
 
 
 def limited_jobs(limits: NodeLimits, jobs: Collection[SlurmJob]) -> dict[int, frozenset[str]]:

@@ -1,4 +1,6 @@
-"""A job's `--constraint` read as a test of a node's features, for the node rules.
+"""A job's node limits read as tests of a node, for the node rules: its `--constraint` as a
+test of a node's features (`feature_test`), and with its GPU type, `--exclude` and `-w` as one
+test per limit (`node_rules`: the daemon's `live.job_nodes` and shocksub's submission check).
 
 Slurm's feature expressions (`sbatch --constraint`, 22.05 .. 25.11) go from one name to
 matching ORs, counts and parentheses (`[rack1|rack2]`, `a*2&b*4`, `(a|b)&c`). The daemon reads
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 import re
 from typing import Callable, Collection
+
+from .gres import host_set
+from .types import SlurmNode
 
 # A feature name as Slurm's node features are written (letters, digits, `_`, `.`, `-`, `:`)
 _NAME = r"[A-Za-z0-9_.:-]+"
@@ -34,3 +39,27 @@ def feature_test(constraint: str) -> FeatureTest | None:
         wanted = frozenset(text.split("|"))
         return lambda features: bool(wanted & set(features))
     return None
+
+
+NodeRule = tuple[str, Callable[[SlurmNode], bool]]
+
+
+def node_rules(*, gpu_types: Collection[str] = (), exclude: str = "", nodelist: str = "",
+               constraint: str = "") -> list[NodeRule]:
+    """(limit, test of a node) for each limit given that can be read: "gpu_type" (the node has
+    GPUs of every type named), "exclude", "nodelist" (host lists; an unreadable one gives no
+    test) and "constraint" (a form `feature_test` reads)."""
+    rules: list[NodeRule] = []
+    types = frozenset(gpu_types)
+    if types:
+        rules.append(("gpu_type", lambda node: types <= node.gpu_types))
+    excluded = host_set(exclude) if exclude else None
+    if excluded:
+        rules.append(("exclude", lambda node: node.name not in excluded))
+    listed = host_set(nodelist) if nodelist else None
+    if listed is not None:
+        rules.append(("nodelist", lambda node: node.name in listed))
+    test = feature_test(constraint) if constraint else None
+    if test is not None:
+        rules.append(("constraint", lambda node: test(node.features)))
+    return rules

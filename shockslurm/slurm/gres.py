@@ -113,6 +113,14 @@ MAX_HOSTLIST = 100_000             # more hosts than any cluster has: the node l
 _HOST_RANGE = re.compile(r"^([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)$")
 
 
+def host_set(text: str) -> frozenset[str] | None:
+    """The nodes of a host list as a set, or None when it cannot be read (`expand_hostlist`)."""
+    try:
+        return frozenset(expand_hostlist(text))
+    except InputError:
+        return None
+
+
 def expand_hostlist(text: str) -> tuple[str, ...]:
     """Node names of a Slurm host list: "gpu[01-03,07],cpu1" -> gpu01, gpu02, gpu03, gpu07,
     cpu1 (zero padding kept, as Slurm writes it). One bracket per name, as Slurm's compact

@@ -34,8 +34,8 @@ from typing import Callable, Sequence
 from .. import limits
 from ..errors import InputError, ShockslurmError, is_utf8, raw_text
 from ..model import ADAPTATION_MODES
-from .constraints import feature_test
-from .gres import expand_hostlist
+from .constraints import node_rules
+from .gres import host_set
 from .types import SlurmNode
 
 TEMPLATES = ("single_node", "multi_node")
@@ -180,13 +180,10 @@ class JobRequest:
             value = getattr(self, field)
             if value is None:
                 continue
-            try:
-                if not (isinstance(value, str) and HOST_LIST_RE.fullmatch(value)
-                        and expand_hostlist(value)):
-                    raise InputError("")
-            except InputError:
+            if not (isinstance(value, str) and HOST_LIST_RE.fullmatch(value)
+                    and host_set(value)):
                 raise InputError(f"{value!r} is not a host list (node names, e.g. "
-                                 "gpu[01-04],gpu07)", field=field) from None
+                                 "gpu[01-04],gpu07)", field=field)
 
     def _validate_ladder(self) -> None:
         sizes = self.batch_sizes
@@ -295,7 +292,9 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
     pool = [n for n in nodes if req.partition is None or req.partition in n.partitions]
     if not pool:
         raise InputError(f"no node in partition {req.partition!r}", field="partition")
-    for field, keep in _node_rules(req):
+    for field, keep in node_rules(gpu_types=(req.gpu_type,) if req.gpu_type else (),
+                                  exclude=req.exclude or "", nodelist=req.nodelist or "",
+                                  constraint=req.constraint or ""):
         left = [n for n in pool if keep(n)]
         if not left:
             raise InputError(f"no node of {where} is left by --{field.replace('_', '-')} "
@@ -309,23 +308,6 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
     if len(fitting) < req.nodes:
         raise InputError(f"{req.nodes} nodes with {req.gpus} GPUs requested, but only "
                          f"{len(fitting)} exist", field="nodes")
-
-
-def _node_rules(req: JobRequest) -> list[tuple[str, Callable[[SlurmNode], bool]]]:
-    """(option, test of a node) for each node limit of the request the check can read."""
-    rules: list[tuple[str, Callable[[SlurmNode], bool]]] = []
-    if req.gpu_type:
-        rules.append(("gpu_type", lambda n: req.gpu_type in n.gpu_types))
-    if req.exclude:
-        excluded = set(expand_hostlist(req.exclude))
-        rules.append(("exclude", lambda n: n.name not in excluded))
-    if req.nodelist:
-        listed = set(expand_hostlist(req.nodelist))
-        rules.append(("nodelist", lambda n: n.name in listed))
-    test = feature_test(req.constraint) if req.constraint else None
-    if test is not None:
-        rules.append(("constraint", lambda n: test(n.features)))
-    return rules
 
 
 def sbatch_argv(req: JobRequest, script_path: str) -> list[str]:
