@@ -77,6 +77,11 @@ class NodeBook:
         """True for a gang larger than every node (rule 1: it takes whole nodes)."""
         return gang > self.largest
 
+    def spans(self, gang: int, within: Collection[str] | None = None) -> bool:
+        """Whether the gang takes several nodes: it is larger than every node (of `within`, the
+        nodes the job may run on, when given)."""
+        return gang > (self.largest if within is None else self.node_set(within).largest)
+
     def node_set(self, within: Collection[str]) -> _NodeSet:
         """The book's nodes among `within` (names of other nodes are ignored)."""
         key = within if isinstance(within, frozenset) else frozenset(within)
@@ -112,14 +117,11 @@ class NodeBook:
         equally good nodes, the one with the fewest GPUs in `avoid`), on the nodes named in
         `within` only when given (the nodes the job may run on); None when it cannot be
         placed."""
-        nodes = None if within is None else self.node_set(within)
-        if gang <= 0 or (nodes is not None and not self._fits_within(gang, nodes)) \
-                or (nodes is None and not self.can_take(gang)):
+        if not self.can_take(gang, within):
             return None
-        if nodes is not None and gang > nodes.largest:
-            return self._take_whole(gang, nodes.indices)
-        if nodes is None and self.multi_node(gang):
-            return self._take_whole(gang)
+        nodes = None if within is None else self.node_set(within)
+        if self.spans(gang, within):
+            return self._take_whole(gang, None if nodes is None else nodes.indices)
         if prefer is not None and len(prefer) == 1 and prefer[0][0] in self._index:
             i = self._index[prefer[0][0]]
             if self._free[i] >= gang and (nodes is None or i in nodes.indices):

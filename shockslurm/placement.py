@@ -150,11 +150,10 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         best: tuple[tuple[int, int, int], str, list[int]] | None = None
         for index, node in enumerate(book.nodes):
             free = book.free_on(node.name)
-            if within is not None and (node.name not in within or node.gpus < g
-                                       or not (free or on_node.get(node.name))):
-                continue                   # a limited gang may empty a full node of its own
-            if within is None and (node.gpus < g or free == 0):
+            if node.gpus < g or (within is not None and node.name not in within):
                 continue
+            if free == 0 and (within is None or not on_node.get(node.name)):
+                continue                   # a limited gang may empty a full node of its own
             evict: list[int] = []
             for k in sorted(on_node.get(node.name, ()), key=lambda k: (k in running, -gangs[k], k)):
                 if free >= g:
@@ -207,16 +206,15 @@ def _fill(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int,
     """Rule 4, last try (moves no running job): rules 2 and 3 for the running and multi-node
     gangs, then each node in turn, the fullest first, filled with the single-node gangs whose
     sizes add up closest to its free GPUs (largest sizes first; of one size, the jobs limited
-    to the fewest nodes first, they have fewer to go to, then rule 3's order). Best fit largest first misses
-    fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
+    to the fewest nodes first, they have fewer to go to, then rule 3's order). Best fit largest
+    first misses fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
     book = allowed.book(nodes, reserved)
     shares = _stay(book, gangs, running)
     anywhere: dict[int, deque[int]] = {}     # single-node gangs by size, in rule 3's order
     limited: dict[frozenset[str], dict[int, deque[int]]] = {}   # the same by the nodes allowed
     seen: dict[frozenset[str], int] = {}     # each node set's first job in that order
     for j in new_order(book, gangs, (j for j in gangs if j not in shares), allowed.nodes):
-        if book.multi_node(gangs[j]) or (j in allowed and gangs[j] > book.node_set(
-                allowed.nodes[j]).largest):
+        if book.spans(gangs[j], allowed.get(j)):
             got = book.take(gangs[j], within=allowed.get(j))
             if got is not None:
                 shares[j] = got

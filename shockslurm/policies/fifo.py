@@ -99,8 +99,7 @@ def _take_in_both(now: NodeBook, later: NodeBook, gang: int,
     """A gang that runs past the head's start: on nodes (of `within` when given) with room now
     and beside the head then (best fit now; whole nodes, in both books, for a multi-node
     gang)."""
-    whole = now.multi_node(gang) or (within is not None
-                                     and gang > now.node_set(within).largest)
+    whole = now.spans(gang, within)
     room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else gang)
             and (within is None or n.name in within)}
     got = now.take(gang, within=room)
