@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...model import Node, pool
-from ...node_book import NodeBook
+from ...node_book import NodeBook, NodeSets
 
 
 def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,
@@ -75,6 +75,7 @@ class _Room:
     nodes: Sequence[Node]
     reserved: Mapping[str, int]
     allowed: Mapping[int, frozenset[str]]
+    sets: NodeSets = field(default_factory=dict)     # each job's node set, read once
 
     @classmethod
     def of(cls, nodes: Sequence[Node], gpus: int, reserved: Mapping[str, int] | None,
@@ -85,7 +86,7 @@ class _Room:
         return cls(nodes, dict(reserved or {}), dict(allowed or {}))
 
     def book(self) -> NodeBook:
-        return NodeBook(self.nodes, self.reserved)
+        return NodeBook(self.nodes, self.reserved, self.sets)
 
 
 @dataclass(frozen=True)
