@@ -66,20 +66,11 @@ from ...model import RoundPlan, Snapshot
 from ...node_book import NodeBook
 from ...plan_on_nodes import place_plan
 from .config import ShockwaveConfig
+from .fairness import FairnessSeries
 from .market import MarketInput, MarketResult, exact_dot, placed_objective, solve_market
 from .packing import pack, priority_layout
 
 log = logging.getLogger(__name__)
-
-
-def fairness_target(series: list[tuple[int, float]], now_round: int, momentum: float) -> float:
-    """Time-weighted average of the estimates (each weighted by how many rounds it stayed the
-    latest), blended with the latest estimate."""
-    rs = [r for r, _ in series] + [now_round]
-    gaps = np.diff(np.asarray(rs, dtype=float))
-    vals = np.asarray([f for _, f in series])
-    avg = float(vals[0]) if gaps.sum() <= 0 else exact_dot(gaps / gaps.sum(), vals)
-    return momentum * avg + (1.0 - momentum) * float(vals[-1])
 
 
 def fairness_ratio(now_s: Any, left_s: Any, target_s: Any, submit_s: Any) -> Any:
@@ -134,7 +125,7 @@ class Shockwave:
         self.config = base
         self.states: dict[int, ForecastState] = {}
         self.submit: dict[int, float] = {}
-        self.series: dict[int, list[tuple[int, float]]] = {}
+        self.series: dict[int, FairnessSeries] = {}
         self.plan: list[list[int]] = []
         self.plan_round = 0
         self.last_solve_round: int | None = None
@@ -150,7 +141,7 @@ class Shockwave:
         for j in arrived:
             self.states[j] = ForecastState(j)
             self.submit[j] = min(arrival[j], snapshot.now)
-            self.series[j] = []
+            self.series[j] = FairnessSeries()
         for j in left:
             self.states.pop(j, None); self.submit.pop(j, None); self.series.pop(j, None)
         self._known = ids
@@ -183,7 +174,7 @@ class Shockwave:
             ser = self.series.get(j)
             if not ser:
                 return 0.0
-            tgt = fairness_target(ser, snap.round_index, self.config.momentum)
+            tgt = ser.target(snap.round_index, self.config.momentum)
             return -float(fairness_ratio(snap.now, fc[j].remaining_s / share, tgt,
                                          self.submit[j]))
         return key
@@ -201,8 +192,8 @@ class Shockwave:
             for v in views:
                 f = fc[v.job_id]
                 F = self.submit[v.job_id] + (f.elapsed_profile_s + f.remaining_s) / share
-                self.series[v.job_id].append((snap.round_index, F))
-        target = np.array([fairness_target(self.series[v.job_id], snap.round_index, cfg.momentum)
+                self.series[v.job_id].add(snap.round_index, F)
+        target = np.array([self.series[v.job_id].target(snap.round_index, cfg.momentum)
                            for v in views])
         R = np.array([fc[v.job_id].remaining_s for v in views])
         dbar = np.array([fc[v.job_id].mean_epoch_s for v in views])
