@@ -142,16 +142,22 @@ def test_report_replaces_charts_whole(store: Path) -> None:
 def test_report_on_a_damaged_run_names_it(store: Path, update: str, damage: str) -> None:
     with sqlite3.connect(store) as db:
         assert db.execute(update).rowcount > 0
-    result = CliRunner().invoke(cli, ["report", "--db", str(store), "--out",
-                                      str(store.parent / "rp")])
+    out = store.parent / "rp"
+    result = CliRunner().invoke(cli, ["report", "--db", str(store), "--out", str(out)])
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit), result.exception   # not a traceback
-    assert "Error: run 1 cannot be reported: damaged in the store: " in result.output
-    assert damage in result.output, result.output
-    # the undamaged run is still reported on its own
-    again = CliRunner().invoke(cli, ["report", "--db", str(store), "--run", "2", "--out",
-                                     str(store.parent / "rp2")])
-    assert again.exit_code == 0, again.output
+    assert "Error: run 1 cannot be reported: damaged in the store: " in result.stderr
+    assert damage in result.stderr, result.output
+    # the undamaged run is drawn all the same, the damaged one not at all
+    drawn = sorted(p.name for p in out.iterdir())
+    assert drawn == ["rho-by-policy.png", "run-2-max_min_fairness-timeline.png",
+                     "run-2-max_min_fairness-utilisation.png"]
+    assert sorted(result.stdout.split()) == [str(out / name) for name in drawn]
+    # asked for alone, it is all there is to draw: exit 1, nothing written
+    alone = CliRunner().invoke(cli, ["report", "--db", str(store), "--run", "1", "--out",
+                                     str(store.parent / "rp1")])
+    assert alone.exit_code == 1 and "Error: run 1 cannot be reported" in alone.stderr
+    assert not (store.parent / "rp1").exists() or not any((store.parent / "rp1").iterdir())
 
 
 def test_damaged_run_is_a_lookup_error() -> None:

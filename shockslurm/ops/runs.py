@@ -110,9 +110,9 @@ def from_store(session: Session, run_id: int) -> RunSeries:
     `LookupError` when there is no such run; `RunDamaged` (a `LookupError`) when a value it
     needs is not what the store writes: a run's configuration that is no JSON object or has a
     non-numeric `gpus`/`jobs`/`round_s`, a time, gang size or GPU count that is no number, a
-    plan entry of a job that is not the run's. The whole report stops there, naming the run and
-    the row, rather than drawing a chart that is silently wrong; the other runs can be drawn
-    with `--run`. Events' details are read leniently: one that does not parse gives no rho.
+    plan entry of a job that is not the run's. That run is not drawn (`report` names it and the
+    row, and draws the others) rather than drawn silently wrong. Events' details are read
+    leniently: one that does not parse gives no rho.
     """
     if not 1 <= run_id <= MAX_RUN_ID:
         raise LookupError(f"no run {run_id} in the store (run ids are 1 to {MAX_RUN_ID})")
@@ -123,8 +123,7 @@ def from_store(session: Session, run_id: int) -> RunSeries:
     try:
         return _read_run(session, run_id, row[0], _config(row[1]))
     except _Bad as exc:
-        raise RunDamaged(f"run {run_id} cannot be reported: damaged in the store: {exc}; "
-                         f"report the other runs with --run ID") from None
+        raise RunDamaged(f"run {run_id} cannot be reported: damaged in the store: {exc}") from None
 
 
 def _config(raw: object) -> dict[str, object]:
