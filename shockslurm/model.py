@@ -174,6 +174,8 @@ class JobSpec:
     and its exclusive duration on `gang_size` GPUs. The fairness metric's exclusive run time is
     their sum. `throughput` maps every batch size the job may use to iterations per second on its
     gang; the forecaster and the simulator read durations of batch sizes not in the profile from it.
+    `allowed_nodes` limits the job to some nodes (by name), as a partition, `--exclude` or
+    `--constraint` limit a live job (`Snapshot.allowed_nodes`).
     """
 
     job_id: int
@@ -189,6 +191,7 @@ class JobSpec:
     throughput: Mapping[int, float]
     priority_weight: float = 1.0
     total_iterations: int | None = None  # at the initial batch size; default whole epochs
+    allowed_nodes: frozenset[str] | None = None  # the nodes it may run on; None: any node
 
     @property
     def iterations(self) -> int:

@@ -121,7 +121,8 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     directory = workdir or Path(tempfile.mkdtemp(prefix="shockslurm-benchlive-"))
     settings = ArmSettings(workdir=directory, round_seconds=round_seconds,
                            grace_seconds=grace_seconds, managed_partition=partition,
-                           native_partition=native_partition, timeout_s=arm_timeout)
+                           native_partition=native_partition, timeout_s=arm_timeout,
+                           node_names=tuple(n.name for n in nodes))
     shape = wl.summary(trace, gpus)
     click.echo(f"bench live: {shape}, time scale {time_scale}, rounds {round_seconds:g} s, "
                f"cluster {len(nodes)} nodes / {gpus} GPUs, work in {directory}", err=True)
@@ -198,19 +199,26 @@ def _echo_tables(results: list[dict[str, Any]], repeat: int) -> None:
 
 def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path | None,
                           seed: int | None) -> tuple[tuple[Node, ...], list[JobSpec]]:
-    """The nodes (a shape, else the partition's from Slurm) and the trace-second workload."""
+    """The nodes (a shape, else the partition's from Slurm) and the trace-second workload, whose
+    node limits (`nodes`) must name nodes of the cluster that can hold each job."""
     from ..livebench import workload as wl
+    from ..sim.cluster import limited_jobs
     from ..workload.jsonl import read_jobs
 
     given = cluster_nodes_of(shape) if shape else None
     try:
         nodes = cluster_nodes(partition) if given is None else given
         gpus = sum(n.gpus for n in nodes)
-        if workload_path is not None:
-            return nodes, read_jobs(workload_path)
-        return nodes, wl.default_workload(gpus, seed=wl.DEFAULT_SEED if seed is None else seed)
+        if workload_path is None:
+            return nodes, wl.default_workload(gpus, seed=wl.DEFAULT_SEED if seed is None else seed)
+        jobs = read_jobs(workload_path)
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        limited_jobs(jobs, nodes)
+    except ValueError as exc:
+        raise click.ClickException(f"{workload_path}: {exc}") from None
+    return nodes, jobs
 
 
 def arm_policy_options(arms: list[str], assignments: tuple[str, ...]

@@ -61,6 +61,7 @@ class ArmSettings:
     native_partition: str = "urgent"
     timeout_s: float = 1800.0
     python: str = sys.executable
+    node_names: tuple[str, ...] = ()      # the cluster's nodes (a job's limits exclude the rest)
 
 
 def daemon_config(policy: str, settings: ArmSettings, arm_dir: Path, prefix: str,
@@ -81,10 +82,19 @@ def standin_argv(python: str, plan: Path, state: Path) -> list[str]:
             "--state", str(state)]
 
 
+def node_limits(job: JobSpec, settings: ArmSettings) -> list[str]:
+    """A job limited to some nodes (`JobSpec.allowed_nodes`) as Slurm takes it: `--exclude` of
+    the cluster's other nodes (`-w` would put it on all of them)."""
+    if job.allowed_nodes is None:
+        return []
+    others = sorted(set(settings.node_names) - job.allowed_nodes)
+    return [f"--exclude={','.join(others)}"] if others else []
+
+
 def native_argv(job: JobSpec, name: str, settings: ArmSettings, arm_dir: Path,
                 command: Sequence[str]) -> list[str]:
     return ["sbatch", "--parsable", f"--partition={settings.native_partition}",
-            f"--job-name={name}", f"--gres=gpu:{job.gang_size}",
+            f"--job-name={name}", f"--gres=gpu:{job.gang_size}", *node_limits(job, settings),
             f"--output={arm_dir / 'out' / '%x-%j.out'}", "--wrap", shlex.join(command)]
 
 
@@ -96,6 +106,7 @@ def shocksub_argv(job: JobSpec, name: str, settings: ArmSettings, arm_dir: Path,
             "--model", job.model, "--epochs", str(job.num_epochs),
             "--samples-per-epoch", str(job.samples_per_epoch), "--batch-sizes", ladder,
             "--batch-size", str(job.initial_batch_size), "--mode", job.mode,
+            *node_limits(job, settings),
             "--epoch-seconds", f"{job.declared_epoch_s:.3f}", "--grace-seconds", "60",
             "--output", str(arm_dir / "out" / "%x-%j.out"),
             "--script-dir", str(arm_dir / "scripts"), "--db", str(arm_dir / "store.db"),

@@ -61,7 +61,7 @@ def _report_position(reporter: Reporter, plan: StandinPlan, epoch: int, into: fl
 def run(plan: StandinPlan, state: Path, reporter: Reporter) -> int:
     epoch, into = load_position(state)
     print(f"start restart={os.environ.get('SLURM_RESTART_COUNT', '0')} epoch {epoch} "
-          f"+{into:.2f}s", flush=True)
+          f"+{into:.2f}s on {os.environ.get('SLURM_JOB_NODELIST', '?')}", flush=True)
     last = time.monotonic()
     saved = last
     while epoch < len(plan.epoch_seconds):

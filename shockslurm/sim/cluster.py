@@ -102,6 +102,7 @@ class SimulatedCluster:
         too_big = [j.job_id for j in self.jobs if j.gang_size > self.gpus]
         if too_big:
             raise ValueError(f"jobs {too_big} need more GPUs than the cluster has ({self.gpus})")
+        self._allowed = limited_jobs(self.jobs, self.nodes)
         self.sim_jobs = {j.job_id: SimJob(j, adaptation=self.adaptation) for j in self.jobs}
         self._pending = sorted(self.jobs, key=lambda j: (j.arrival_s, j.job_id))
         self._active: dict[int, SimJob] = {}
@@ -130,8 +131,10 @@ class SimulatedCluster:
         self.demand_timeline.append((now, sum(j.spec.gang_size for j in self._active.values())))
         views = tuple(self._view(j) for j in self._active.values())
         placements = {j: s for j, s in self._where.items() if j in self._active}
+        allowed = {j: self._allowed[j] for j in self._active if j in self._allowed}
         return Snapshot(now=now, round_index=self._rounds_dispatched, round_s=self.round_s,
-                        gpus=self.gpus, jobs=views, nodes=self.nodes, placements=placements)
+                        gpus=self.gpus, jobs=views, nodes=self.nodes, placements=placements,
+                        allowed_nodes=allowed)
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
@@ -277,7 +280,8 @@ class SimulatedCluster:
                 if d.finish_s > spec.arrival_s:
                     for name, gpus in self._where.get(d.job_id, ()):
                         held[name] = held.get(name, 0) + gpus
-            if NodeBook(self.nodes, held).can_take(spec.gang_size):
+            if NodeBook(self.nodes, held).can_take(spec.gang_size,
+                                                   within=self._allowed.get(spec.job_id)):
                 return spec.arrival_s
         return None
 
@@ -350,6 +354,30 @@ class SimulatedCluster:
             profile_epoch_durations=profile.epoch_durations,
             exclusive_runtime_s=profile.exclusive_runtime_s, run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
+
+
+def limited_jobs(jobs: Sequence[JobSpec], nodes: Sequence[Node]) -> dict[int, frozenset[str]]:
+    """The jobs limited to some nodes (`JobSpec.allowed_nodes`), by id. A ValueError names a job
+    whose nodes the cluster lacks or cannot hold its gang, or any limited job on one pool."""
+    limited = {j.job_id: j for j in jobs if j.allowed_nodes is not None}
+    if not limited:
+        return {}
+    if [n.name for n in nodes] == ["pool"]:
+        raise ValueError(f"job {min(limited)} is limited to nodes, but the cluster is one pool "
+                         "of GPUs: give its nodes (--cluster)")
+    gpus = {n.name: n.gpus for n in nodes}
+    for job_id, job in sorted(limited.items()):
+        assert job.allowed_nodes is not None
+        unknown = sorted(job.allowed_nodes - set(gpus))
+        if unknown:
+            raise ValueError(f"job {job_id} is limited to nodes the cluster does not have: "
+                             f"{', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''} "
+                             f"(its nodes are {nodes[0].name} .. {nodes[-1].name})")
+        room = sum(gpus[n] for n in job.allowed_nodes)
+        if room < job.gang_size:
+            raise ValueError(f"job {job_id} needs {job.gang_size} GPUs, more than its nodes "
+                             f"hold ({room})")
+    return {j: frozenset(job.allowed_nodes or ()) for j, job in limited.items()}
 
 
 def _less(run: Run, exec_s: float, lost_s: float, throughput: Mapping[int, float]) -> Run:

@@ -12,13 +12,17 @@ size]`, the first at epoch 0, epochs strictly increasing). Optional: `id` (defau
 `mode` (default `static`; informational), `dataset` and `samples_per_epoch` (default: the
 built-in catalogue's), `throughput` (iterations/s of the whole gang per batch size; default: the
 catalogue's throughput model), `iterations` (at the first batch size; default whole epochs),
-`priority` (default 1). Blank lines and lines starting with `#` are ignored.
+`priority` (default 1), `nodes` (the names of the nodes the job may run on, e.g. `["node03",
+"node04"]`: the simulated cluster's `--cluster` names its nodes node01, node02, ...; `bench
+live`'s are the live partition's; default: any node). Blank lines and lines starting with `#`
+are ignored.
 
 Every value is bounded (`shockslurm.limits`: each bound and its reason): `id` 0..2^53-1, `gpus`
 1..65536, `epochs` 1..10^6, batch sizes 1..2^24, `samples_per_epoch` 1..10^12, `arrival_s`
 0..10^9 s, throughputs 10^-6..10^6 iterations/s, `priority` 10^-6..10^6, the epoch duration
 at every batch size of `throughput` 10^-3..10^7 s, the job's exclusive run time at most 366 days;
-`model` is a name as shocksub takes it (1-64 letters, digits, '.', '_', '-'). `iterations`, when
+`model` and each node a name as shocksub takes it (1-64 letters, digits, '.', '_', '-'), at most
+MAX_JOB_NODES nodes. `iterations`, when
 given, ends the job within its last epoch: `(epochs - 1) x I < iterations <= epochs x I`, I the
 iterations of an epoch at the first batch size (`ceil(samples_per_epoch / batch size)`), as the
 reference's `total_steps` makes its epoch count.
@@ -43,9 +47,10 @@ from .checks import check_epoch_seconds, check_exclusive, epoch_seconds, place, 
 
 REQUIRED = ("model", "gpus", "arrival_s", "epochs", "schedule")
 KNOWN = set(REQUIRED) | {"id", "mode", "dataset", "samples_per_epoch", "throughput", "iterations",
-                         "priority"}
+                         "priority", "nodes"}
 BATCH_KEY_RE = re.compile(r"[1-9][0-9]{0,8}")     # a batch size as a throughput key
 MAX_DATASET_CHARS = 128
+MAX_JOB_NODES = 100_000          # a node has a GPU, and a cluster at most 100,000 (model.py)
 # The schedule is expanded to one entry per epoch: bound it so a typo cannot exhaust memory.
 
 
@@ -90,6 +95,14 @@ def _throughputs(raw: Any, where: dict) -> dict[int, float]:
             raise InputError(f"batch size {key}: {exc.message} (iterations/s of the gang)",
                              field="throughput", **where) from None
     return rates
+
+
+def _node_names(raw: Any, where: dict) -> frozenset[str]:
+    """The `nodes` list: 1..MAX_JOB_NODES node names."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_JOB_NODES:
+        raise InputError(f"must list 1..{MAX_JOB_NODES:,} node names, got {shown(raw)}",
+                         field="nodes", **where)
+    return frozenset(limits.name(n, "nodes", **where) for n in raw)
 
 
 def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -> JobSpec:
@@ -159,7 +172,8 @@ def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -
         mode=mode, batch_sizes=tuple(schedule), epoch_durations=durations, throughput=rates,
         priority_weight=limits.number(row.get("priority", 1.0), "priority", MIN_PRIORITY,
                                       MAX_PRIORITY, **where),
-        total_iterations=iterations if "iterations" in row else None)
+        total_iterations=iterations if "iterations" in row else None,
+        allowed_nodes=_node_names(row["nodes"], where) if "nodes" in row else None)
 
 
 def read_jobs(path: str | Path) -> list[JobSpec]:
@@ -201,6 +215,8 @@ def job_to_row(job: JobSpec) -> dict[str, Any]:
         row["iterations"] = job.total_iterations
     if job.priority_weight != 1.0:
         row["priority"] = job.priority_weight
+    if job.allowed_nodes is not None:
+        row["nodes"] = sorted(job.allowed_nodes)
     return row
 
 

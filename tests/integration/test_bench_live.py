@@ -1,5 +1,5 @@
 """A short smoke of `shockslurm bench live` on the real test cluster: five 8-GPU stand-in jobs
-(40 GPUs asked of 32, 24 s each alone, arriving over 8 s), arms `native` (plain sbatch on the
+(40 GPUs asked of 32, 24 s each alone, arriving over 8 s; the last may run on gpu02 only), arms `native` (plain sbatch on the
 unmanaged `urgent` partition) and `shockwave` (the real daemon as a subprocess, jobs through
 shocksub, reports through the signed spool), each run twice (`--repeat 2`). Each arm takes
 about a minute. Every run must complete every job, the JSON must carry every field the README's
@@ -28,10 +28,20 @@ DAEMON_FIELDS = ("signals", "releases", "daemon_rounds", "switch_usr1_to_exit_s"
                  "released_wait_gpu_s", "released_wait_share")
 
 
+LIMITED_JOB, LIMITED_TO = 4, "gpu02"     # the last arrival may run on gpu02 only
+
+
 def _tiny_workload(path: Path) -> None:
-    jobs = [replace(_reshaped(j, 24.0), gang_size=8, arrival_s=2.0 * k, job_id=k)
+    jobs = [replace(_reshaped(j, 24.0), gang_size=8, arrival_s=2.0 * k, job_id=k,
+                    allowed_nodes=frozenset({LIMITED_TO}) if k == LIMITED_JOB else None)
             for k, j in enumerate(default_workload(32)[:5])]
     write_jobs(jobs, path)
+
+
+def _nodes_of_starts(out_dir: Path, name: str) -> list[str]:
+    """The nodes each run of the job named `name` started on (the stand-in's start lines)."""
+    return [line.rsplit(" on ", 1)[1] for out in sorted(out_dir.glob(f"{name}-*.out"))
+            for line in out.read_text().splitlines() if line.startswith("start restart=")]
 
 
 def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
@@ -76,6 +86,11 @@ def test_bench_live_smoke(tmp_path: Path, slurm_cluster):
     managed = shock_runs[-1]
     assert all(field in managed for field in DAEMON_FIELDS), sorted(managed)
     assert managed["releases"] >= 5 and managed["daemon_rounds"] >= 5
+    # the job limited to one node (`nodes` in the workload, --exclude of the others) ran there
+    for run in doc["arms"]:
+        out_dir = tmp_path / "work" / f"repeat-{run['repeat']}" / run["arm"] / "out"
+        starts = _nodes_of_starts(out_dir, f"{run['prefix']}{LIMITED_JOB}")
+        assert starts and set(starts) == {LIMITED_TO}, (run["arm"], starts)
     # every stand-in reported through the signed spool: the daemon stored its reports
     arm_dir = tmp_path / "work" / "repeat-2" / "shockwave"
     rejected = arm_dir / "spool.rejected"
