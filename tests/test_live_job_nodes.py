@@ -44,6 +44,8 @@ def test_constraints_the_daemon_reads_and_those_it_leaves_to_slurm():
     ({"partition": "gpu,big"}, None),                                 # a pending job's two
     ({"excluded_nodes": "gpu[01-02]"}, {"gpu03"}),
     ({"admin_comment": "shock:nodes=gpu02"}, {"gpu02"}),              # -w, as the plugin put it
+    ({"admin_comment": "shock:nodes=gpu[02-03]", "nodes": 2}, {"gpu02", "gpu03"}),  # all of them
+    ({"admin_comment": "shock:nodes=gpu03", "nodes": 2}, {"gpu01", "gpu02", "gpu03"}),  # + any
     ({"features": "ib"}, {"gpu01", "gpu03"}),
     ({"features": "a100&ib", "excluded_nodes": "gpu01"}, set()),      # nowhere now
     ({"features": "[a100|h100]"}, {"gpu01", "gpu02", "gpu03"}),       # unread: Slurm's alone

@@ -215,6 +215,9 @@ def test_node_limits_reach_sbatch_and_bad_ones_are_refused_by_name() -> None:
                                        "--gpus", "2", "--gpu-type", "a100",
                                        "--dry-run", "--", "true"])
     assert result.exit_code == 0, result.output
+    two = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--nodes", "2",
+                                    "-w", "gpu[01-02]", "--dry-run", "--", "true"])
+    assert two.exit_code == 0 and "#SBATCH --nodelist=gpu[01-02]\n" in two.output, two.output
     assert ("#SBATCH --gres=gpu:a100:2\n#SBATCH --constraint=a100|h100\n"
             "#SBATCH --exclude=gpu[01-02]\n"
             "#SBATCH --nodelist=gpu03\n") in result.output
@@ -222,7 +225,8 @@ def test_node_limits_reach_sbatch_and_bad_ones_are_refused_by_name() -> None:
                          (["--constraint", "$(id)"], "--constraint"),
                          (["--exclude", "gpu[01-"], "--exclude"),
                          (["-w", "gpu;rm"], "--nodelist"), (["--exclude", ""], "--exclude"),
-                         (["--gpu-type", "a100:2"], "--gpu-type")]:
+                         (["--gpu-type", "a100:2"], "--gpu-type"),
+                         (["-w", "gpu[01-02]"], "--nodelist")]:     # sbatch refuses -N1 -w 2
         result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", *args,
                                            "--dry-run", "--", "true"])
         assert result.exit_code == 2 and f"'{option}'" in result.output, (args, result.output)

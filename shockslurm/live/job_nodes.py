@@ -3,7 +3,8 @@
 A job may run on the nodes of its partition (a pending job may name several) that have the GPU
 type it asks for, if any (`--gres=gpu:a100:2`: nodes whose gres names a100 GPUs), less those its
 user's own limits rule out: `--exclude`, `-w` (as job_submit.lua recorded it:
-`SlurmJob.user_nodes`) and `--constraint` (`slurm.constraints`: the forms the daemon reads).
+`SlurmJob.user_nodes`; `listed_nodes`: a list of fewer nodes than the job's is no limit) and
+`--constraint` (`slurm.constraints`: the forms the daemon reads).
 The plan then places each job where Slurm will let it start, and the daemon's pin
 (`ReqNodeList=`, `enact.pin_nodes`) stays within those nodes; a job whose limits it cannot read
 in full is released unpinned (`pins_allowed`), Slurm applying them alone.
@@ -29,6 +30,15 @@ def pins_allowed(job: SlurmJob) -> bool:
     return not job.features or feature_test(job.features) is not None
 
 
+def listed_nodes(job: SlurmJob) -> str:
+    """The job's `-w` as a limit to those nodes: its host list when it names at least as many
+    nodes as the job runs on (Slurm then runs it on exactly those: without `-N` it raises the
+    node count to the list's), else "" (with fewer, as `-N2 -w gpu03`, Slurm adds other nodes
+    to the listed ones: verified on 22.05, so the job may use any node)."""
+    listed = host_set(job.user_nodes) if job.user_nodes else None
+    return job.user_nodes if listed is not None and len(listed) >= job.nodes else ""
+
+
 class NodeLimits:
     """The nodes of one round's read (`nodes`: the nodes placement plans on) and what each job
     may use of them."""
@@ -41,11 +51,12 @@ class NodeLimits:
     def allowed(self, job: SlurmJob) -> frozenset[str] | None:
         """The names of the nodes the job may run on; None when it may run on every one.
         Jobs with the same limits share one answer (read once a round, however many jobs)."""
-        key = (job.partition, job.gpu_types, job.excluded_nodes, job.user_nodes, job.features)
+        listed = listed_nodes(job)
+        key = (job.partition, job.gpu_types, job.excluded_nodes, listed, job.features)
         if key not in self._answers:
             names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))
             for _, keep in node_rules(gpu_types=job.gpu_types, exclude=job.excluded_nodes,
-                                      nodelist=job.user_nodes, constraint=job.features):
+                                      nodelist=listed, constraint=job.features):
                 names = frozenset(n for n in names if keep(self.nodes[n]))
             self._answers[key] = None if len(names) == len(self.nodes) else names
         return self._answers[key]

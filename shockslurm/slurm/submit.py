@@ -184,6 +184,14 @@ class JobRequest:
                     and host_set(value)):
                 raise InputError(f"{value!r} is not a host list (node names, e.g. "
                                  "gpu[01-04],gpu07)", field=field)
+        listed = len(host_set(self.nodelist) or ()) if self.nodelist is not None else 0
+        if listed > self.nodes:
+            # sbatch refuses it ("invalid number of nodes (-N 2-1)", 22.05): Slurm runs a job on
+            # every node -w lists
+            raise InputError(f"{self.nodelist!r} lists {listed} nodes, more than the job's "
+                             f"{self.nodes}: Slurm runs a job on every node -w lists; give "
+                             f"--nodes {listed}, or --exclude the nodes it must not use",
+                             field="nodelist")
 
     def _validate_ladder(self) -> None:
         sizes = self.batch_sizes
