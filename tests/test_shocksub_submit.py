@@ -197,6 +197,16 @@ def test_node_limits_are_checked_and_the_refusal_names_the_option() -> None:
     check_fits(replace(one, constraint="a100", exclude="gpu02"), nodes)
     check_fits(replace(one, gpu_type="a100"), nodes)
     check_fits(replace(one, constraint="[a100|v100]*1"), nodes)          # left to sbatch
+    # a -w shorter than --nodes: Slurm adds nodes to it (22.05), the others count too
+    two = replace(one, template="multi_node")
+    check_fits(replace(two, gpus=4, nodes=2, nodelist="gpu03"), nodes)
+    check_fits(replace(two, gpus=4, nodes=2, nodelist="gpu[01-02]"), nodes)
+    for changes, field in [({"gpus": 8, "nodes": 2, "nodelist": "gpu01"}, "nodes"),
+                           ({"gpus": 8, "nodes": 2, "nodelist": "gpu02"}, "nodelist"),
+                           ({"gpus": 4, "nodes": 3, "nodelist": "gpu09"}, "nodelist")]:
+        with pytest.raises(InputError) as err:
+            check_fits(replace(two, **changes), nodes)
+        assert err.value.field == field, changes
     for changes, field in [({"exclude": "gpu01"}, "gpus"), ({"exclude": "gpu[01-03]"}, "exclude"),
                            ({"nodelist": "gpu09"}, "nodelist"), ({"nodelist": "gpu02"}, "gpus"),
                            ({"constraint": "h100"}, "constraint"),

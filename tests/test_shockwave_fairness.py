@@ -53,6 +53,12 @@ def test_a_series_keeps_its_size_through_many_re_solves():
     assert 100.0 < running.target(20_000, 0.9) < 107.0
 
 
+def test_a_nan_estimate_is_kept_as_one():
+    running = FairnessSeries()
+    running.add(0, math.nan)
+    assert running and math.isnan(running.target(3, 0.5))
+
+
 def test_a_single_estimate_is_its_own_target():
     running = FairnessSeries()
     running.add(5, 1234.5)

@@ -105,7 +105,8 @@ def test_limits_cost_simulated_time():
 @pytest.mark.parametrize("shape, limit, gang, says", [
     (None, {"node01"}, 1, "the cluster is one pool of GPUs: give its nodes (--cluster)"),
     ("2x4", {"node09"}, 1, "limited to nodes the cluster does not have: node09 "
-                           "(its nodes are node01 .. node02)"),
+                           "(the cluster's: node01, node02)"),
+    ("2x4", set(), 1, "limited to nodes the cluster does not have: none named"),
     ("2x4", {"node02"}, 8, "needs 8 GPUs, more than its nodes hold (4)"),
 ])
 def test_limits_the_cluster_cannot_meet_are_refused(shape, limit, gang, says):
@@ -138,6 +139,34 @@ def test_bench_live_submits_a_limit_as_the_other_nodes_excluded(tmp_path: Path):
                                                 else argv.index("--")]
 
 
+def test_bench_live_needs_the_clusters_names_for_a_limit(tmp_path: Path):
+    from shockslurm.livebench.arms import ArmError
+
+    job = replace(parse_job(ROW, index=3), allowed_nodes=frozenset({"gpu02"}))
+    with pytest.raises(ArmError, match="job 3 is limited to nodes"):
+        node_limits(job, ArmSettings(workdir=tmp_path))
+
+
+def test_bench_live_refuses_a_job_no_node_of_its_own_holds(tmp_path: Path):
+    """bench live submits every job on one node: a gang only several of its nodes hold would
+    never start live (the simulator would span it)."""
+    trace = tmp_path / "w.jsonl"
+    trace.write_text(json.dumps({**ROW, "gpus": 6, "nodes": ["node01", "node02"]}) + "\n")
+    result = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster",
+                                      "2x4,1x8", "--workload", str(trace), "--arms", "fifo"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert ("job 0 asks for 6 GPUs, more than any node it may run on has (4): bench live "
+            "submits every job on one node") in result.output
+    assert CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "2x4",
+                                    "--workload", str(trace), "--arms", "fifo"]).exit_code == 1
+
+
+def test_bench_live_takes_cluster_only_to_simulate(tmp_path: Path):
+    result = CliRunner().invoke(cli, ["bench", "live", "--cluster", "4x8", "--arms", "fifo"])
+    assert result.exit_code == 2 and "--cluster describes the nodes for --simulate-only" \
+        in result.output, result.output
+
+
 def test_bench_live_refuses_a_workload_naming_nodes_it_lacks(tmp_path: Path):
     trace = tmp_path / "w.jsonl"
     trace.write_text(json.dumps({**ROW, "nodes": ["gpu07"]}) + "\n")
@@ -150,3 +179,18 @@ def test_bench_live_refuses_a_workload_naming_nodes_it_lacks(tmp_path: Path):
 
 def test_limited_jobs_is_empty_without_limits():
     assert limited_jobs(_workload({}), parse_cluster_shape("4x8")) == {}
+
+
+def test_every_node_named_is_no_limit():
+    """As the daemon reads it (`NodeLimits.allowed`: None) and bench live submits it (no
+    --exclude): the same plans as without the field."""
+    nodes = parse_cluster_shape("4x8")
+    everywhere = frozenset(n.name for n in nodes)
+    free = _workload({}, jobs=30, seed=2)
+    named = [replace(j, allowed_nodes=everywhere) if j.job_id % 2 else j for j in free]
+    assert limited_jobs(named, nodes) == {}
+    config = SimConfig.for_nodes(nodes, settings=PolicySettings(round_s=360.0))
+    for policy in ("max_min_fairness", "shockwave"):
+        a, b = simulate(free, policy, config), simulate(named, policy, config)
+        assert [(o.job_id, o.completion_s) for o in a.outcomes] == \
+            [(o.job_id, o.completion_s) for o in b.outcomes]

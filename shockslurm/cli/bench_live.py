@@ -108,6 +108,10 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     options = arm_policy_options(arm_list, policy_option)
     # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.
     signal.signal(signal.SIGTERM, _interrupt)
+    if cluster_shape_text is not None and not simulate_only:
+        raise click.UsageError("--cluster describes the nodes for --simulate-only: the arms run "
+                               "on the partition's nodes, which bench live reads from Slurm",
+                               ctx=click.get_current_context())
     nodes, trace = _cluster_and_workload(partition, cluster_shape_text, workload_path, seed)
     gpus = sum(n.gpus for n in nodes)
     jobs = wl.scale(trace, time_scale)
@@ -215,9 +219,17 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
     except (ShockslurmError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        limited_jobs(jobs, nodes)
+        limited = limited_jobs(jobs, nodes)
     except ValueError as exc:
         raise click.ClickException(f"{workload_path}: {exc}") from None
+    everywhere = frozenset(n.name for n in nodes)
+    for job in jobs:
+        may = limited.get(job.job_id, everywhere)
+        most = max(n.gpus for n in nodes if n.name in may)
+        if job.gang_size > most:
+            raise click.ClickException(
+                f"{workload_path}: job {job.job_id} asks for {job.gang_size} GPUs, more than "
+                f"any node it may run on has ({most}): bench live submits every job on one node")
     return nodes, jobs
 
 

@@ -50,10 +50,10 @@ def report_cmd(db_url: str, out_dir: Path, runs: tuple[int, ...]) -> None:
         raise click.ClickException(str(exc.args[0])) from None
     finally:
         engine.dispose()
+    for message in damaged:
+        click.echo(f"Error: {message}", err=True)
     if series:
         for path in write_run_plots(series, out_dir):
             click.echo(str(path))
-    for message in damaged:
-        click.echo(f"Error: {message}", err=True)
     if damaged:
         raise click.exceptions.Exit(1)

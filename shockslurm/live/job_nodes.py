@@ -3,7 +3,8 @@
 A job may run on the nodes of its partition (a pending job may name several) that have the GPU
 type it asks for, if any (`--gres=gpu:a100:2`: nodes whose gres names a100 GPUs), less those its
 user's own limits rule out: `--exclude`, `-w` (as job_submit.lua recorded it:
-`SlurmJob.user_nodes`; `listed_nodes`: a list of fewer nodes than the job's is no limit) and
+`SlurmJob.user_nodes`; `constraints.limiting_nodelist`: a list of fewer nodes than the job's
+is no limit) and
 `--constraint` (`slurm.constraints`: the forms the daemon reads).
 The plan then places each job where Slurm will let it start, and the daemon's pin
 (`ReqNodeList=`, `enact.pin_nodes`) stays within those nodes; a job whose limits it cannot read
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Collection, Mapping, Sequence
 
-from ..slurm.constraints import feature_test, node_rules
+from ..slurm.constraints import feature_test, limiting_nodelist, node_rules
 from ..slurm.gres import host_set
 from ..slurm.types import SlurmJob, SlurmNode
 
@@ -30,15 +31,6 @@ def pins_allowed(job: SlurmJob) -> bool:
     return not job.features or feature_test(job.features) is not None
 
 
-def listed_nodes(job: SlurmJob) -> str:
-    """The job's `-w` as a limit to those nodes: its host list when it names at least as many
-    nodes as the job runs on (Slurm then runs it on exactly those: without `-N` it raises the
-    node count to the list's), else "" (with fewer, as `-N2 -w gpu03`, Slurm adds other nodes
-    to the listed ones: verified on 22.05, so the job may use any node)."""
-    listed = host_set(job.user_nodes) if job.user_nodes else None
-    return job.user_nodes if listed is not None and len(listed) >= job.nodes else ""
-
-
 class NodeLimits:
     """The nodes of one round's read (`nodes`: the nodes placement plans on) and what each job
     may use of them."""
@@ -51,7 +43,7 @@ class NodeLimits:
     def allowed(self, job: SlurmJob) -> frozenset[str] | None:
         """The names of the nodes the job may run on; None when it may run on every one.
         Jobs with the same limits share one answer (read once a round, however many jobs)."""
-        listed = listed_nodes(job)
+        listed = limiting_nodelist(job.user_nodes, job.nodes)
         key = (job.partition, job.gpu_types, job.excluded_nodes, listed, job.features)
         if key not in self._answers:
             names = self._of_partitions(frozenset(p for p in job.partition.split(",") if p))

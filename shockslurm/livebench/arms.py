@@ -87,6 +87,9 @@ def node_limits(job: JobSpec, settings: ArmSettings) -> list[str]:
     the cluster's other nodes (`-w` would put it on all of them)."""
     if job.allowed_nodes is None:
         return []
+    if not settings.node_names:
+        raise ArmError(f"job {job.job_id} is limited to nodes, but the arm was not told the "
+                       "cluster's (ArmSettings.node_names)")
     others = sorted(set(settings.node_names) - job.allowed_nodes)
     return [f"--exclude={','.join(others)}"] if others else []
 

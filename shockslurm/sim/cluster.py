@@ -369,15 +369,22 @@ def limited_jobs(jobs: Sequence[JobSpec], nodes: Sequence[Node]) -> dict[int, fr
     for job_id, job in sorted(limited.items()):
         assert job.allowed_nodes is not None
         unknown = sorted(job.allowed_nodes - set(gpus))
-        if unknown:
+        if unknown or not job.allowed_nodes:
             raise ValueError(f"job {job_id} is limited to nodes the cluster does not have: "
-                             f"{', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''} "
-                             f"(its nodes are {nodes[0].name} .. {nodes[-1].name})")
+                             f"{_names(unknown) or 'none named'} (the cluster's: "
+                             f"{_names([n.name for n in nodes])})")
         room = sum(gpus[n] for n in job.allowed_nodes)
         if room < job.gang_size:
             raise ValueError(f"job {job_id} needs {job.gang_size} GPUs, more than its nodes "
                              f"hold ({room})")
-    return {j: frozenset(job.allowed_nodes or ()) for j, job in limited.items()}
+    # every node named is no limit (as the daemon reads it: NodeLimits.allowed)
+    return {j: frozenset(job.allowed_nodes or ()) for j, job in limited.items()
+            if len(job.allowed_nodes or ()) < len(gpus)}
+
+
+def _names(names: Sequence[str], shown: int = 5) -> str:
+    """The first `shown` names, comma-separated, "..." after them when there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def _less(run: Run, exec_s: float, lost_s: float, throughput: Mapping[int, float]) -> Run:

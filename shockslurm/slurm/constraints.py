@@ -44,6 +44,15 @@ def feature_test(constraint: str) -> FeatureTest | None:
 NodeRule = tuple[str, Callable[[SlurmNode], bool]]
 
 
+def limiting_nodelist(nodelist: str, nodes: int) -> str:
+    """`-w` as a limit to the nodes it lists: the host list when it names at least as many
+    nodes as the job runs on, else "". Slurm runs a job on every node -w lists (22.05: without
+    `-N` the node count is raised to the list's, `-N1 -w gpu[01-02]` is refused by sbatch), and
+    to a shorter list (`-N2 -w gpu03`) it adds other nodes: such a list limits no node."""
+    listed = host_set(nodelist) if nodelist else None
+    return nodelist if listed is not None and len(listed) >= nodes else ""
+
+
 def node_rules(*, gpu_types: Collection[str] = (), exclude: str = "", nodelist: str = "",
                constraint: str = "") -> list[NodeRule]:
     """(limit, test of a node) for each limit given that can be read: "gpu_type" (the node has

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 from .. import limits
 from ..errors import InputError, ShockslurmError, is_utf8, raw_text
 from ..model import ADAPTATION_MODES
-from .constraints import node_rules
+from .constraints import limiting_nodelist, node_rules
 from .gres import host_set
 from .types import SlurmNode
 
@@ -300,8 +300,10 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
     pool = [n for n in nodes if req.partition is None or req.partition in n.partitions]
     if not pool:
         raise InputError(f"no node in partition {req.partition!r}", field="partition")
+    listed = host_set(req.nodelist or "") or frozenset()
     for field, keep in node_rules(gpu_types=(req.gpu_type,) if req.gpu_type else (),
-                                  exclude=req.exclude or "", nodelist=req.nodelist or "",
+                                  exclude=req.exclude or "",
+                                  nodelist=limiting_nodelist(req.nodelist or "", req.nodes),
                                   constraint=req.constraint or ""):
         left = [n for n in pool if keep(n)]
         if not left:
@@ -313,6 +315,12 @@ def check_fits(req: JobRequest, nodes: Sequence[SlurmNode]) -> None:
         most = max(n.gpus for n in pool)
         raise InputError(f"{req.gpus} GPUs per node requested, but the nodes of {where} the "
                          f"job may run on have at most {most}", field="gpus")
+    # a -w shorter than --nodes: Slurm adds other nodes to those it lists, each must hold it
+    outside = sorted(listed - {n.name for n in fitting})
+    if outside:
+        raise InputError(f"{', '.join(outside)} of --nodelist {req.nodelist} cannot hold the "
+                         f"job ({req.gpus} GPUs per node, {where}, its other limits applied)",
+                         field="nodelist")
     if len(fitting) < req.nodes:
         raise InputError(f"{req.nodes} nodes with {req.gpus} GPUs requested, but only "
                          f"{len(fitting)} exist", field="nodes")

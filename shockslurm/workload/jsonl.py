@@ -22,7 +22,7 @@ Every value is bounded (`shockslurm.limits`: each bound and its reason): `id` 0.
 0..10^9 s, throughputs 10^-6..10^6 iterations/s, `priority` 10^-6..10^6, the epoch duration
 at every batch size of `throughput` 10^-3..10^7 s, the job's exclusive run time at most 366 days;
 `model` and each node a name as shocksub takes it (1-64 letters, digits, '.', '_', '-'), at most
-MAX_JOB_NODES nodes. `iterations`, when
+100,000 nodes (`MAX_JOB_NODES`). `iterations`, when
 given, ends the job within its last epoch: `(epochs - 1) x I < iterations <= epochs x I`, I the
 iterations of an epoch at the first batch size (`ceil(samples_per_epoch / batch size)`), as the
 reference's `total_steps` makes its epoch count.

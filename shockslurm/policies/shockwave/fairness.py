@@ -16,19 +16,21 @@ class FairnessSeries:
     """The estimates `(round, finish time)` of one job, added in round order, as the rounds'
     weighted sum of all but the latest, the latest, and the first round and estimate."""
 
-    __slots__ = ("first_round", "first", "last_round", "last", "_closed")
+    __slots__ = ("first_round", "first", "last_round", "last", "_closed", "_empty")
 
     def __init__(self) -> None:
         self.first_round = self.last_round = 0
         self.first = self.last = math.nan
         self._closed = 0.0      # sum of (rounds it stayed the latest) x estimate, all but the last
+        self._empty = True
 
     def __bool__(self) -> bool:
-        return not math.isnan(self.last)
+        return not self._empty
 
     def add(self, round_index: int, estimate: float) -> None:
         """Record this round's estimate (rounds never go back)."""
-        if not self:
+        if self._empty:
+            self._empty = False
             self.first_round, self.first = round_index, estimate
         else:
             self._closed = math.fsum((self._closed, (round_index - self.last_round) * self.last))
