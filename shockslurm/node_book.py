@@ -136,16 +136,24 @@ class NodeBook:
                 return ((self.nodes[i].name, gang),)
         return None
 
+    def takes_whole(self, shares: NodeShares) -> bool:
+        """Whether a gang on `shares` takes its nodes whole: a multi-node gang of the cluster's
+        laid out as rule 1 lays it (every node full but at most one). One that Slurm spread in
+        parts of nodes (`-N3 --gres=gpu:4` on nodes of 8: 4 on each) takes its GPUs only."""
+        if not self.multi_node(sum(g for _, g in shares)):
+            return False
+        return sum(g < self._cap[self._index[n]] for n, g in shares) <= 1
+
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
-        node is unknown or lacks room. A multi-node gang needs its nodes wholly free."""
-        gang = sum(g for _, g in shares)
+        node is unknown or lacks room. A gang that takes its nodes whole (`takes_whole`) needs
+        them wholly free."""
         if not shares or any(n not in self._index or g <= 0 for n, g in shares):
             return False
         if len({n for n, _ in shares}) != len(shares):
             return False
         idx = [self._index[n] for n, _ in shares]
-        whole = self.multi_node(gang)
+        whole = self.takes_whole(shares)
         for i, (_, g) in zip(idx, shares):
             if (self._free[i] != self._cap[i]) if whole else (self._free[i] < g):
                 return False
@@ -155,7 +163,7 @@ class NodeBook:
 
     def release(self, shares: NodeShares) -> None:
         """Give back what `take` or `take_at` took for `shares`."""
-        whole = self.multi_node(sum(g for _, g in shares))
+        whole = self.takes_whole(shares)
         for name, g in shares:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)

@@ -13,7 +13,9 @@ the result depends only on its input:
    among them: a gang larger than each of them takes whole free ones of them, but only its
    GPUs there (`node_book`). A released job pinned outside them is not kept there (rule 2).
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
-   (multi-node gangs first, then by job id); so do planned jobs released to start on nodes
+   (multi-node gangs first, then by job id; one Slurm spread over parts of nodes, as
+   `-N3 --gres=gpu:4` on nodes of 8, holds its GPUs there only: `NodeBook.takes_whole`); so
+   do planned jobs released to start on nodes
    they do not hold yet (`pinned`: Slurm may be starting them there as the round reads, and
    a job sent elsewhere then starts where it was pinned, on GPUs the plan gave another).
 3. The other planned jobs are placed: multi-node gangs first, then single-node gangs, largest

@@ -417,3 +417,22 @@ def test_gangs_that_fill_nodes_exactly_are_all_placed() -> None:
             used[node] = used.get(node, 0) + gpus
     assert all(v == 8 for v in used.values())
     assert place(parse_cluster_shape("4x8"), gangs, moves=False).unplaced == ()
+
+
+def test_a_gang_slurm_spread_over_parts_of_nodes_takes_its_gpus_only():
+    """A running `-N3 --gres=gpu:4` job on nodes of 8 holds 4 GPUs on each of its nodes (as
+    Slurm allocated it, read into `placements`): the other 4 of each stay free for others. A
+    gang rule 1 laid out (whole nodes, at most one partly used) still takes its nodes whole."""
+    nodes = parse_cluster_shape("4x8")
+    spread = (("node01", 4), ("node02", 4), ("node03", 4))
+    book = NodeBook(nodes)
+    assert not book.takes_whole(spread) and book.takes_whole((("node01", 8), ("node02", 4)))
+    assert book.take_at(spread) and book.free_gpus == 20
+    book.release(spread)
+    assert book.free_gpus == 32
+    whole = NodeBook(nodes)
+    assert whole.take_at((("node01", 8), ("node02", 4))) and whole.free_gpus == 16
+    placed = place(nodes, {1: 12, 2: 4, 3: 4, 4: 4, 5: 8}, running={1: spread})
+    assert placed.shares[1] == spread and not placed.unplaced
+    assert set(placed.shares) == {1, 2, 3, 4, 5}, placed
+    assert all(len(placed.shares[j]) == 1 for j in (2, 3, 4, 5)), placed
