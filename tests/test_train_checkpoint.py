@@ -349,3 +349,68 @@ def test_a_save_that_fails_midway_leaves_nothing_behind(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000000001.pt",
                                                           "ckpt-000000000001.pt.sha256"]
     assert read_checkpoint(tmp_path / "ckpt-000000000001.pt")["x"] == 1
+
+
+def test_later_steps_than_a_runs_own_are_set_aside_not_rotated_in(tmp_path, caplog):
+    """A fresh run in a directory holding an earlier run's checkpoints of later steps (or a
+    bad newest file skipped at resume): rotating by step deleted the new checkpoints as soon
+    as they were written, and a resume took the old run's. They are moved to superseded/."""
+    old = CheckpointManager(tmp_path, keep=3, is_writer=True)
+    for step in (800, 900, 1000):
+        old.save({"format": 2, "step": step, "run": "old"}, step)
+    mgr = CheckpointManager(tmp_path, keep=2, is_writer=True)
+    with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+        for step in (100, 200, 300):
+            mgr.save({"format": 2, "step": step, "run": "new"}, step)
+    assert [s for s, _ in mgr.checkpoints()] == [200, 300]
+    assert mgr.load_latest()[1]["run"] == "new"
+    aside = sorted(p.name for p in (tmp_path / "superseded").iterdir())
+    assert aside == [f"ckpt-00000000{k}.pt{suffix}" for k in ("0800", "0900", "1000")
+                     for suffix in ("", ".sha256")]
+    assert read_checkpoint(tmp_path / "superseded" / "ckpt-000000001000.pt")["run"] == "old"
+    assert "not its own" in caplog.text and "superseded" in caplog.text
+
+
+def test_a_crash_while_a_step_is_saved_again_keeps_a_good_checkpoint(tmp_path, monkeypatch):
+    """The epoch's end saves again the step its last batch saved: killed between the sidecar's
+    rename and the file's, the step's checkpoint must still check out (old or new)."""
+    import shockslurm.atomic as atomic
+
+    mgr = CheckpointManager(tmp_path, keep=1, is_writer=True)
+    mgr.save({"format": 2, "step": 2, "at": "last batch"}, 2)
+    real = os.replace
+
+    class Killed(BaseException):
+        pass
+
+    def replace(src, dst):
+        if str(dst).endswith(".pt") and os.path.exists(dst):
+            raise Killed()
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(Killed):
+        mgr.save({"format": 2, "step": 2, "at": "epoch end"}, 2)
+    monkeypatch.setattr(atomic.os, "replace", real)
+    assert mgr.load_latest()[1]["at"] == "last batch"
+    mgr.save({"format": 2, "step": 2, "at": "epoch end"}, 2)
+    assert mgr.load_latest()[1]["at"] == "epoch end"
+    assert len(sidecar_path(tmp_path / "ckpt-000000000002.pt").read_text().splitlines()) == 1
+
+
+def test_a_resumed_optimizer_holds_no_tensor_of_the_checkpoint_file(tmp_path):
+    """Checkpoints load memory-mapped; Adam kept the moments it was given, still backed by the
+    file (its disk space held after rotation deleted it)."""
+    model, opt, sched, scaler = _objects()
+    _train_a_bit(model, opt, sched, scaler)
+    mgr = CheckpointManager(tmp_path, is_writer=True)
+    mgr.save(capture(model, opt, scheduler=sched, scaler=scaler), 3)
+    model2, opt2, sched2, scaler2 = _objects(1)
+    restore(read_checkpoint(tmp_path / "ckpt-000000000003.pt"), model2, opt2, scheduler=sched2,
+            scaler=scaler2)
+    _assert_same_state(opt.state_dict(), opt2.state_dict())
+    mapped = [open(f"/proc/{os.getpid()}/maps").read().count(str(tmp_path))]
+    import gc
+    gc.collect()
+    mapped.append(open(f"/proc/{os.getpid()}/maps").read().count(str(tmp_path)))
+    assert mapped[-1] == 0, mapped

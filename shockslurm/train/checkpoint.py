@@ -18,7 +18,12 @@ data position), "batch_size", "extras" (the user's own), and "rng_ranks" in a mu
 Writing (rank 0 only): `torch.save` streams into a temporary file in the same directory, hashed
 as it is written (one pass; no copy of the payload in memory), which is flushed and fsynced; then
 the sidecar is written the same way and `os.replace`d onto its name, then the file (then the
-directory is fsynced); then all but the newest `keep` checkpoints are deleted. A crash at any
+directory is fsynced); then all but the newest `keep` checkpoints are deleted. A save of a step
+already on disk (an epoch's end after a save on its last step) lists the old and the new
+digest in the sidecar until the file is replaced, then the new alone. Checkpoints of later
+steps than the one written are not this run's (an earlier run's in the directory, a bad newest
+file skipped at resume): they are moved to `superseded/`, never rotated instead of the new
+ones, and a resume no longer takes them. A crash at any
 moment leaves the old set of checkpoints plus at most one new one that is either complete with
 its sidecar or fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
 Reading (any rank): newest first; a file without its sidecar, with a wrong checksum, or that does
@@ -58,6 +63,7 @@ log = logging.getLogger("shockslurm.train")
 FORMAT_VERSION = 2
 FORMATS_READ = (1, 2)
 SIDECAR_SUFFIX = ".sha256"
+SUPERSEDED_DIR = "superseded"   # checkpoints of later steps than a run's own go there (`_rotate`)
 CHECKPOINT_MODE = 0o600   # a job's weights are its owner's alone, on a shared file system too
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
 _CHUNK = 8 << 20          # bytes read at a time for the checksum
@@ -140,14 +146,32 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
                 raise writer.error from None
             raise
 
-    def sidecar() -> None:
-        line = sha256sum_line(writer.sha256.hexdigest(), path.name)
-        atomic_write(sidecar_path(path), line.encode("ascii"), new_mode=CHECKPOINT_MODE)
+    def sidecar(digests: list[str]) -> None:
+        text = "".join(sha256sum_line(d, path.name) for d in digests)
+        atomic_write(sidecar_path(path), text.encode("ascii"), new_mode=CHECKPOINT_MODE)
 
-    atomic_write(path, dump, before_replace=sidecar, new_mode=CHECKPOINT_MODE)
+    # A save of a step already on disk (the epoch's end after a save on its last step): the
+    # sidecar lists both digests while the file is replaced, so a crash between the two renames
+    # leaves a file that checks out, old or new, not the good old one with the new's checksum.
+    previous = _listed_digests(path) if path.exists() else []
+    atomic_write(path, dump, before_replace=lambda: sidecar([writer.sha256.hexdigest(),
+                                                             *previous]),
+                 new_mode=CHECKPOINT_MODE)
+    if previous:
+        sidecar([writer.sha256.hexdigest()])
 
 
-def _expected_digest(path: Path) -> str:
+def _listed_digests(path: Path) -> list[str]:
+    """The digests `path`'s sidecar lists ([] when it cannot be read)."""
+    try:
+        return _expected_digests(path)
+    except CorruptCheckpoint:
+        return []
+
+
+def _expected_digests(path: Path) -> list[str]:
+    """The sha256 digests `path`'s sidecar lists, one per line (two only while a save of the
+    same step replaces the file: `write_checkpoint`)."""
     sidecar = sidecar_path(path)
     try:
         text = sidecar.read_text(encoding="ascii")
@@ -156,10 +180,10 @@ def _expected_digest(path: Path) -> str:
                                 "did not finish)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CorruptCheckpoint(f"{path}: unreadable checksum file {sidecar.name}: {exc}") from None
-    digest = text.split(maxsplit=1)[0] if text.strip() else ""
-    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+    digests = [line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip()]
+    if not digests or not all(re.fullmatch(r"[0-9a-f]{64}", d) for d in digests):
         raise CorruptCheckpoint(f"{path}: checksum file {sidecar.name} holds no sha256")
-    return digest
+    return digests
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -170,8 +194,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         head = fh.read(len(LEGACY_MAGIC))
         if head == LEGACY_MAGIC:
             return decode_legacy(head + fh.read(), str(path))
-        expected = _expected_digest(path)
-        if file_sha256(fh, head) != expected:
+        expected = _expected_digests(path)
+        if file_sha256(fh, head) not in expected:
             raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
                                     "(corrupt, truncated or torn)")
     return _load(path, str(path))
@@ -294,7 +318,7 @@ class CheckpointManager:
         self._sweep()
         path = self.path_for(step)
         write_checkpoint(path, state)
-        self._rotate()
+        self._rotate(step)
         return path
 
     def load_latest(self, check: Callable[[dict[str, Any], str], None] | None = None
@@ -314,14 +338,38 @@ class CheckpointManager:
                 log.warning("shockslurm.train: cannot read checkpoint %s: %s", path, exc)
         return None
 
-    def _rotate(self) -> None:
+    def _rotate(self, step: int) -> None:
+        """Keep the `keep` newest checkpoints up to `step`, the one just written. Those of later
+        steps are not this run's (an earlier run's in the same directory, or a bad newest file
+        skipped at resume): a resume would take them, and rotating by step would delete this
+        run's instead, so they are moved to `superseded/` (kept, not deleted)."""
         files = self.checkpoints()
-        for _, old in files[:-self.keep]:
+        ahead = [path for s, path in files if s > step]
+        if ahead:
+            self._set_aside(ahead, step)
+        for _, old in [f for f in files if f[0] <= step][:-self.keep]:
             try:
                 old.unlink()                       # the file first: a sidecar alone is ignored
                 sidecar_path(old).unlink(missing_ok=True)
             except OSError as exc:  # pragma: no cover
                 log.warning("shockslurm.train: could not delete old checkpoint %s: %s", old, exc)
+
+    def _set_aside(self, paths: list[Path], step: int) -> None:
+        aside = self.directory / SUPERSEDED_DIR
+        try:
+            aside.mkdir(exist_ok=True)
+            for path in paths:
+                for one in (path, sidecar_path(path)):
+                    if one.exists():
+                        os.replace(one, aside / one.name)
+        except OSError as exc:
+            log.error("shockslurm.train: checkpoints of later steps than this run's %d (%s) "
+                      "could not be moved to %s: %s; a resume would take them", step,
+                      ", ".join(p.name for p in paths), aside, exc)
+            return
+        log.warning("shockslurm.train: checkpoints of later steps than this run's %d are not "
+                    "its own (%s): moved to %s, where a resume does not look", step,
+                    ", ".join(p.name for p in paths), aside)
 
     def _sweep(self) -> None:
         """Temporary files and orphan sidecars left by a writer that died mid-save (only the

@@ -126,6 +126,20 @@ def _load_into(obj: Any, saved: Any, what: str) -> None:
                                  f"{what}: {str(exc).strip()[:500]}") from exc
 
 
+def _owned(value: Any) -> Any:
+    """`value` with every tensor copied: a checkpoint is loaded memory-mapped, and an optimizer
+    keeps the tensors it is given that already match (Adam's moments), which would then stay
+    backed by the checkpoint file (holding its disk space after rotation deletes it, or an
+    `.nfs*` file). Model weights are copied into the parameters by `load_state_dict` anyway."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_owned(v) for v in value)
+    return value
+
+
 def restore(state: dict[str, Any], model: torch.nn.Module,
             optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
             scaler: Any = None, rng: bool = True, rng_rank: int = 0,
@@ -140,7 +154,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     _load_into(inner, _model_state(state, inner), "model")
     for what, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
         if obj is not None and state.get(what) is not None:
-            _load_into(obj, state[what], what)
+            _load_into(obj, _owned(state[what]), what)
     if rng:
         ranks = state.get("rng_ranks")
         if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
