@@ -81,3 +81,44 @@ def test_usr1_mid_training_saves_exits_0_and_resumes_bit_identical(
         assert torch.equal(a, b)
     ref_w = reference.net[0].weight
     assert not torch.equal(ref_w, Tiny().net[0].weight)    # it did train
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.items: list[dict] = []
+
+    def send(self, record: dict) -> None:
+        self.items.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_epochs_partial_last_batch_is_no_batch_size_change(tmp_path: Path):
+    """84 samples in batches of 8: each epoch ends with a batch of 4, which is not a change of
+    batch size (it was reported as 8 -> 4 and 4 -> 8 every epoch, and epochs as done at 4)."""
+    from shockslurm.train.lease import Lease
+    from shockslurm.train.reports import Reporter
+
+    sink = _Sink()
+    cb = ShockwaveCallback(tmp_path / "ckpt", every_steps=None, every_seconds=None,
+                           report_interval_s=0.0, reporter=Reporter(sink, job_id=1),
+                           lease=Lease(stop_file=False))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(84, 4, generator=g)
+    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
+    trainer = pl.Trainer(max_epochs=2, callbacks=[cb], accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    try:
+        trainer.fit(Tiny(), loader)
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    cb.reporter.close()
+    kinds = [r["kind"] for r in sink.items]
+    assert "batch_size_change" not in kinds, [r for r in sink.items
+                                              if r["kind"] == "batch_size_change"]
+    done = [r for r in sink.items if r["kind"] == "epoch_done"]
+    assert len(done) == 2 and all(r["batch_size"] == 8 for r in done), done
+    assert all(r["batch_size"] == 8 for r in sink.items if r["kind"] == "throughput")

@@ -199,15 +199,20 @@ class ShockwaveCallback(pl.Callback):
 
     def _report(self, trainer: pl.Trainer, batch: Any) -> None:
         size = _batch_len(batch) * _env.world_size()
-        if size != self._batch_size and self._batch_size:
+        # an epoch's partial last batch (100 samples in batches of 32: 32, 32, 32, 4) is no
+        # change of batch size
+        partial = size < self._batch_size and _is_last_batch(trainer)
+        if size != self._batch_size and self._batch_size and not partial:
             self.reporter.batch_size_change(self._batch_size, size, epoch=trainer.current_epoch,
                                             step=trainer.global_step)
-        self._batch_size = size
+        if not partial:
+            self._batch_size = size
         start, samples = self._window
         samples += size
         elapsed = time.perf_counter() - start
         if elapsed >= self.report_interval_s:
-            self.reporter.throughput(samples / elapsed, size, epoch=trainer.current_epoch,
+            self.reporter.throughput(samples / elapsed, self._batch_size,
+                                     epoch=trainer.current_epoch,
                                      epochs=trainer.max_epochs, step=trainer.global_step)
             start, samples = time.perf_counter(), 0
         self._window = (start, samples)
@@ -258,3 +263,11 @@ def _batch_len(batch: Any) -> int:
     if isinstance(batch, dict) and batch:
         return _batch_len(next(iter(batch.values())))
     return 0
+
+
+def _is_last_batch(trainer: Any) -> bool:
+    """Whether the batch just trained is its epoch's last (Lightning's batch progress)."""
+    try:
+        return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+    except AttributeError:
+        return False
