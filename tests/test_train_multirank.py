@@ -67,3 +67,60 @@ def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
     assert final.keys() == reference.keys()
     for name in reference:
         assert torch.equal(final[name], reference[name]), f"{name} differs"
+
+
+RANKS_APART = '''
+import os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from shockslurm.train import ShockTrainer
+from shockslurm.train.checkpoint import CheckpointMismatch
+from shockslurm.train.lease import Lease
+from shockslurm.train.reports import Reporter
+
+
+def trainer(directory):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    return ShockTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                        ckpt_dir=directory, every_seconds=None, reporter=Reporter(None),
+                        lease=Lease(stop_file=False))
+
+
+def rank_main(rank, base):
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(base, "init"),
+                            rank=rank, world_size=2)
+    st = trainer(os.path.join(base, "rank%d" % rank))   # each rank its own directory
+    try:
+        st.resume()
+        said = "resumed at %d" % st.global_step
+    except CheckpointMismatch as exc:
+        said = "refused: %s" % exc
+    with open(os.path.join(base, "rank%d.txt" % rank), "w") as fh:
+        fh.write(said)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    base = sys.argv[1]
+    first = trainer(os.path.join(base, "rank0"))          # rank 0's directory has step 1
+    first.step()
+    first.save()
+    first.close()
+    mp.spawn(rank_main, args=(base,), nprocs=2)
+'''
+
+
+def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path: Path):
+    """Ranks reading different checkpoint directories (one per node, a stale listing) resumed
+    at different steps in silence; now every rank raises, naming what each found."""
+    script = tmp_path / "apart.py"
+    script.write_text(RANKS_APART)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for rank in (0, 1):
+        said = (tmp_path / f"rank{rank}.txt").read_text()
+        assert said.startswith("refused: the ranks found different checkpoints"), said
+        assert "rank 0: step 1, rank 1: none" in said, said

@@ -48,7 +48,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
 from .checkpoint import CheckpointManager, CorruptCheckpoint
-from .saves import SaveRecord
+from .saves import SaveRecord, agree_on_resume
 from .data import ResumableSampler, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
@@ -110,6 +110,8 @@ class ShockwaveCallback(pl.Callback):
         if stage != "fit" or not self.resume_enabled or trainer.ckpt_path:
             return
         found = self.ckpt.load_latest(check=_check_lightning)
+        agree_on_resume(-1 if found is None else int(found[1].get("global_step", 0)),
+                        self.ckpt.directory)
         if found is None:
             return
         path, state = found

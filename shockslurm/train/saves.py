@@ -1,5 +1,6 @@
 """`SaveRecord`: the outcome of a training loop's checkpoint saves, shared by `ShockTrainer` and
-the Lightning callback, so both say the same when a save fails or a stop leaves no checkpoint."""
+the Lightning callback, so both say the same when a save fails or a stop leaves no checkpoint;
+`agree_on_resume`: every rank resumes from the same step, or none does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointManager
+import torch
+
+from . import _env
+from .checkpoint import CheckpointManager, CheckpointMismatch
 
 log = logging.getLogger("shockslurm.train")
 
@@ -47,3 +51,19 @@ class SaveRecord:
         if self.good_step == step:
             return "checkpoint written"
         return f"its checkpoint FAILED: {self.fallback()}"
+
+
+def agree_on_resume(step: int, directory: Path) -> None:
+    """Under torch.distributed, every rank must resume from the same step (-1: none): ranks that
+    read different checkpoint directories (one per node, or a stale listing) would otherwise
+    train on from different weights and steps without an error. Collective."""
+    if not _env.distributed():
+        return
+    steps: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(steps, step)
+    if len(set(steps)) > 1:
+        found = ", ".join(f"rank {r}: {'none' if s < 0 else f'step {s}'}"
+                          for r, s in enumerate(steps))
+        raise CheckpointMismatch(f"the ranks found different checkpoints in {directory} "
+                                 f"({found}): every rank must read the same checkpoint "
+                                 "directory (a shared file system)")

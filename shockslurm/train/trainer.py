@@ -73,7 +73,7 @@ import torch
 from ..limits import finite
 from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
-from .saves import SaveRecord
+from .saves import SaveRecord, agree_on_resume
 from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
@@ -215,6 +215,7 @@ class ShockTrainer(EpochLoops):
         """Load the newest good checkpoint, if any; True when one was loaded."""
         self._started = True
         found = self.ckpt.load_latest(check=check_format)
+        agree_on_resume(-1 if found is None else int(found[1]["step"]), self.ckpt.directory)
         if found is None:
             if _env.restart_count() > 0:
                 log.warning("shockslurm.train: SLURM_RESTART_COUNT=%d but no good checkpoint in "
@@ -332,3 +333,4 @@ def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:
         raise ValueError(f"ShockTrainer: extras must be picklable (they are saved with every "
                          f"checkpoint): {type(exc).__name__}: {exc}") from None
     return out
+
