@@ -350,3 +350,43 @@ def test_outside_a_job_nothing_is_said(monkeypatch, tmp_path, caplog):
     monkeypatch.delenv("SLURM_JOBID", raising=False)
     assert reporter_from_env().sink is None
     assert _warnings(caplog) == []
+
+
+def test_a_plain_loop_and_an_iterable_dataset_report_what_the_store_takes(tmp_path):
+    """`step(samples=N)` without `epochs()`: the batch size was reported as 0 and every sample
+    refused; an IterableDataset (no epoch length): its steps were reported as epochs done
+    (3,000 steps of epoch 0 as epoch_progress 3000)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from shockslurm.train import ShockTrainer
+    from shockslurm.train.lease import Lease
+    from shockslurm.train.records import validate
+
+    sink = ListSink()
+    model = torch.nn.Linear(1, 1)
+    with ShockTrainer(model, None, ckpt_dir=tmp_path / "a", every_seconds=None,
+                      report_interval_s=0.0, lease=Lease(stop_file=False),
+                      reporter=Reporter(sink, job_id=1, min_interval_s=0.0)) as st:
+        for _ in range(3):
+            st.step(samples=64)
+    plain = [r for r in sink.got if r["kind"] == "throughput"]
+    assert plain and all(r["batch_size"] == 64 and "epoch_progress" not in r for r in plain)
+    for r in plain:
+        validate(r)
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(300 * 8))
+
+    sink = ListSink()
+    with ShockTrainer(model, None, ckpt_dir=tmp_path / "b", every_seconds=None,
+                      report_interval_s=0.0, lease=Lease(stop_file=False),
+                      reporter=Reporter(sink, job_id=1, min_interval_s=0.0)) as st:
+        for _ in st.epoch_range(1):
+            for _k, _batch in st.batches(DataLoader(Stream(), batch_size=8)):
+                st.step()
+    stream = [r for r in sink.got if r["kind"] == "throughput"]
+    assert stream and all(r["batch_size"] == 8 and "epoch_progress" not in r for r in stream)
+    for r in stream:
+        validate(r)

@@ -261,11 +261,7 @@ class ShockTrainer(EpochLoops):
         now = time.perf_counter()
         elapsed = now - self._window_start
         if elapsed >= self.report_interval_s:
-            self.reporter.throughput(
-                self._window_samples / elapsed, int(self.batch_size or 0),
-                epoch=self.epoch, epochs=self.num_epochs, step=self.global_step,
-                step_in_epoch=self.step_in_epoch, steps_per_epoch=self.steps_per_epoch,
-                epoch_progress=self.epoch + self.step_in_epoch / max(1, self.steps_per_epoch))
+            self._report_throughput(self._window_samples / elapsed, samples)
             self._window_start, self._window_samples = now, 0
         step_due = self.every_steps is not None and self.global_step % self.every_steps == 0
         time_due = (self.every_seconds is not None
@@ -282,6 +278,22 @@ class ShockTrainer(EpochLoops):
         if stop:
             return self._stop()
         return False
+
+    def _report_throughput(self, samples_per_s: float, samples: int | None) -> None:
+        """One throughput report. A plain loop (`step(samples=N)` without `epochs()`) has no
+        batch size of its own: a step's samples are its batch. The position within the epoch
+        goes only with a known epoch length (an IterableDataset has none: `step_in_epoch`
+        counted every step, and a progress of thousands of epochs was reported)."""
+        size = self.batch_size or (int(samples) if samples is not None else self._last_batch_len)
+        if size <= 0:
+            return                      # nothing says what a batch is: the report is refused
+        where: dict[str, Any] = {"epoch": self.epoch, "step": self.global_step}
+        if self.num_epochs is not None:
+            where["epochs"] = self.num_epochs
+        if self.steps_per_epoch > 0:
+            where.update(step_in_epoch=self.step_in_epoch, steps_per_epoch=self.steps_per_epoch,
+                         epoch_progress=self.epoch + self.step_in_epoch / self.steps_per_epoch)
+        self.reporter.throughput(samples_per_s, int(size), **where)
 
     def request_stop(self, reason: str = "requested") -> None:
         self.lease.request_stop(reason)
