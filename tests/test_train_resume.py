@@ -160,3 +160,54 @@ def test_restart_after_completion_does_nothing(tmp_path):
     again, st2 = _train(tmp_path / "ck", None, 10_000, epochs=2)
     assert st2.global_step == st.global_step == 64
     _assert_bit_identical(ref, again)
+
+
+def _accumulating(ckpt: Path, stop_at_step: int | None, seen: list[int], reports: list[dict],
+                  accumulate: int = 4):
+    """One epoch of 32 samples in batches of 2, an optimizer step every `accumulate` batches
+    (`st.step()` after each optimizer step, as the helper's docs say)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(32, 3, generator=g)
+
+    class Sink:
+        def send(self, r):
+            reports.append(r)
+
+        def close(self):
+            pass
+
+    with ShockTrainer(model, opt, ckpt_dir=ckpt, every_seconds=None, report_interval_s=0.0,
+                      lease=Lease(stop_file=False),
+                      reporter=Reporter(Sink(), job_id=1, min_interval_s=0.0)) as st:
+        for _epoch, _size, batches in st.epochs((x, x.sum(1, keepdim=True)), [2], num_epochs=1):
+            for k, (xb, yb) in batches:
+                seen.append(k)
+                torch.nn.functional.mse_loss(model(xb), yb).div(accumulate).backward()
+                if (k + 1) % accumulate == 0:
+                    opt.step()
+                    opt.zero_grad()
+                    if st.global_step + 1 == stop_at_step:
+                        st.request_stop("test")
+                    if st.step():
+                        return None
+    return model.weight.detach().clone()
+
+
+def test_gradient_accumulation_resumes_after_the_last_batch_trained_on(tmp_path):
+    """With four batches to an optimizer step, a stop at step 2 (batch 7) resumed at batch 2 (the
+    step count), training batches 2-7 twice; throughput counted one batch a step."""
+    ref_seen: list[int] = []
+    ref_reports: list[dict] = []
+    ref = _accumulating(tmp_path / "ref", None, ref_seen, ref_reports)
+    first: list[int] = []
+    assert _accumulating(tmp_path / "ck", 2, first, []) is None
+    second: list[int] = []
+    out = _accumulating(tmp_path / "ck", None, second, [])
+    assert first == list(range(8)) and second == list(range(8, 16))
+    assert torch.equal(ref, out)
+    steps = [r for r in ref_reports if r["kind"] == "throughput"]
+    assert [r["step_in_epoch"] for r in steps] == [4, 8, 12, 16]
+    assert [r["epoch_progress"] for r in steps] == [0.25, 0.5, 0.75, 1.0]

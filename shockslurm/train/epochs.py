@@ -90,6 +90,8 @@ class EpochLoops:
     _last_batch_len: int
     _window_start: float
     _window_samples: int
+    _batch_position: int | None     # batches of the epoch taken from our loops (None: none)
+    _pending_samples: int           # their samples not yet counted by a step
 
     def start(self) -> None:            # the trainer's: resume once
         raise NotImplementedError
@@ -125,6 +127,7 @@ class EpochLoops:
                 self._note_batch_size(epoch, size)
             resumed = False
             self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
+            self._batch_position = None
             self.steps_per_epoch = math.ceil(n / size)
             self._window_start, self._window_samples = time.perf_counter(), 0
             yield epoch, size, self._batches(dataset, n, size, start, shuffle)
@@ -140,6 +143,7 @@ class EpochLoops:
         self.reporter.epoch_done(epoch, self.global_step, batch_size=batch_size,
                                  epochs=num_epochs)
         epoch += 1
+        self._batch_position = None
         if epoch >= num_epochs or self.checkpoint_epochs:
             self.epoch, self.step_in_epoch = epoch, 0
             self.save()
@@ -223,13 +227,14 @@ class EpochLoops:
         except TypeError:                         # an IterableDataset without __len__
             self.steps_per_epoch = 0
         self._window_start, self._window_samples = time.perf_counter(), 0
+        self._batch_position = None
         step = self.step_in_epoch
         for i, batch in enumerate(loader):
             if i < skip:
                 continue
             if self.stopped:
                 return
-            self._last_batch_len = size
+            self._took_batch(step, size)
             yield step, batch
             step += 1
 
@@ -241,5 +246,13 @@ class EpochLoops:
             if self.stopped:
                 return
             idx = order[k * size:(k + 1) * size]
-            self._last_batch_len = len(idx)
+            self._took_batch(k, len(idx))
             yield k, fetch(dataset, idx)
+
+    def _took_batch(self, index: int, samples: int) -> None:
+        """Batch `index` of the epoch is handed out: the position a step after it saves is
+        past it, however many batches a step takes (gradient accumulation: a resume continues
+        after the last batch trained on, not after as many batches as optimizer steps)."""
+        self._last_batch_len = samples
+        self._pending_samples += samples
+        self._batch_position = index + 1

@@ -135,6 +135,8 @@ class ShockTrainer(EpochLoops):
         self._last_save_step = -1      # the last step a save was attempted at (every rank)
         self._last_save_time = time.monotonic()
         self._last_batch_len = 0
+        self._batch_position: int | None = None
+        self._pending_samples = 0
         self._window_start = time.perf_counter()
         self._window_samples = 0
         self._until_poll = 1            # the first step always polls: an early signal stops it
@@ -251,13 +253,18 @@ class ShockTrainer(EpochLoops):
 
     # ------------------------------------------------------------------ per step
     def step(self, samples: int | None = None) -> bool:
-        """Call after each optimizer step. Checkpoints on schedule. Returns True when the loop
-        must stop (a stop was asked; this step is checkpointed; `should_stop` is True from now
-        on), else False. With exit_on_stop=True it exits the process instead of returning True.
+        """Call after each optimizer step (with gradient accumulation, after the step that
+        ends the accumulated batches: the saved position is after the last batch `epochs()` or
+        `batches()` handed out, and its samples all count). Checkpoints on schedule. Returns
+        True when the loop must stop (a stop was asked; this step is checkpointed;
+        `should_stop` is True from now on), else False. With exit_on_stop=True it exits the process instead of returning True.
         `samples`: this step's sample count when not the batch `epochs()` gave."""
         self.global_step += 1
-        self.step_in_epoch += 1
-        self._window_samples += self._last_batch_len if samples is None else int(samples)
+        # in batches of the epoch (a step may take several: gradient accumulation)
+        self.step_in_epoch = (self.step_in_epoch + 1 if self._batch_position is None
+                              else self._batch_position)
+        self._window_samples += self._pending_samples if samples is None else int(samples)
+        self._pending_samples = 0
         now = time.perf_counter()
         elapsed = now - self._window_start
         if elapsed >= self.report_interval_s:
