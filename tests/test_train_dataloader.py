@@ -136,3 +136,30 @@ def test_batches_refuses_another_batch_size_mid_epoch(tmp_path):
         for _ in st.epoch_range(4):
             next(st.batches(loader))
     st.close()
+
+
+def test_a_shuffling_loader_resumes_on_the_same_order(tmp_path):
+    """`DataLoader(shuffle=True)` without our sampler: its order came from the global RNG when
+    the epoch began, which a resume restores to the stop's state: the resumed epoch dropped the
+    wrong batches (25 distinct samples of 32). Now from (seed, epoch), and exact."""
+    data = torch.utils.data.TensorDataset(torch.arange(32))
+
+    def run(ckpt: Path, stop_at: int | None = None) -> list[int]:
+        torch.manual_seed(0)
+        loader = DataLoader(data, batch_size=4, shuffle=True)
+        seen: list[int] = []
+        with ShockTrainer(torch.nn.Linear(1, 1), None, ckpt_dir=ckpt, every_seconds=None,
+                          lease=Lease(stop_file=False), reporter=Reporter(None)) as st:
+            for _ in st.epoch_range(2):
+                for _k, (idx,) in st.batches(loader):
+                    seen += idx.tolist()
+                    if st.global_step + 1 == stop_at:
+                        st.request_stop("test")
+                    if st.step():
+                        return seen
+        return seen
+
+    ref = run(tmp_path / "ref")
+    assert sorted(ref[:32]) == sorted(ref[32:]) == list(range(32)) and ref[:32] != ref[32:]
+    first = run(tmp_path / "ck", stop_at=3)
+    assert first + run(tmp_path / "ck") == ref

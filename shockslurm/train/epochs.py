@@ -222,6 +222,12 @@ class EpochLoops:
                         "DataLoader sampler=st.sampler(dataset) to skip them without loading)",
                         skip)
         loader.generator = epoch_generator(self.seed, self.epoch)
+        if sampler is None and isinstance(inner, torch.utils.data.RandomSampler):
+            # `shuffle=True`: its order is drawn when the epoch's iterator is made, from the
+            # global RNG or the generator the DataLoader was built with (whose state no
+            # checkpoint holds). From (seed, epoch), a resumed epoch loads and drops the same
+            # batches it trained on, and the global RNG is left alone.
+            inner.generator = epoch_generator(self.seed, self.epoch)
         try:
             self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
         except TypeError:                         # an IterableDataset without __len__
