@@ -145,6 +145,29 @@ def test_extras_that_no_checkpoint_could_hold_are_refused_at_once(tmp_path: Path
         _trainer(tmp_path, extras={"f": lambda: 1})
 
 
+def test_extras_are_the_callers_dict_before_and_after_a_resume(tmp_path: Path):
+    """What the caller changes in the dict it passed is saved, and a reference to `st.extras`
+    taken before the resume stays the one saved (both were copies, silently not saved)."""
+    from shockslurm.train import load_checkpoint
+
+    extras = {"best": 0.0}
+    st = _trainer(tmp_path, extras=extras, every_steps=1)
+    with st:
+        extras["best"] = 0.9
+        st.step()
+    assert load_checkpoint(tmp_path)["extras"] == {"best": 0.9}
+    again = _trainer(tmp_path, extras={"best": 0.0}, every_steps=1)
+    mine = again.extras
+    again.resume()
+    assert mine is again.extras and mine == {"best": 0.9}
+    mine["best"] = 0.95
+    again.step()
+    again.close()
+    assert load_checkpoint(tmp_path)["extras"] == {"best": 0.95}
+    with pytest.raises(ValueError, match="extras must be a dict"):
+        _trainer(tmp_path, extras=[1, 2])
+
+
 @pytest.mark.parametrize("schedule", [math.nan, 4.5, True, "32", None])
 def test_bad_batch_size_schedules_are_refused(schedule: object):
     with pytest.raises(ValueError, match="batch-size schedule must be|batch size for epoch"):

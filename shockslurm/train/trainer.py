@@ -238,7 +238,8 @@ class ShockTrainer(EpochLoops):
             log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
                         "checkpoint's", data["seed"], self.seed)
             self.seed = int(data["seed"])
-        self.extras = dict(state.get("extras") or {})
+        self.extras.clear()          # the same dict: references taken before stay live
+        self.extras.update(state.get("extras") or {})
         if self.optimizer is not None and self.global_step > 0:
             # The optimizer did step in the previous life: spare the scheduler's "step() before
             # optimizer.step()" warning when the resumed epoch has no batches left.
@@ -344,8 +345,11 @@ def _seconds(name: str, value: Any, *, optional: bool = False) -> Any:
 
 
 def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of `extras`, refused at once (ValueError) when a checkpoint could not hold it."""
-    out = dict(extras or {})
+    """`extras` itself (the caller's dict: what they change in it is saved), refused at once
+    (ValueError) when a checkpoint could not hold it."""
+    out = extras if extras is not None else {}
+    if not isinstance(out, dict):
+        raise ValueError(f"ShockTrainer: extras must be a dict, got {type(out).__name__}")
     try:
         pickle.dumps(out)
     except Exception as exc:    # PicklingError, TypeError, AttributeError: a lambda, a lock...
