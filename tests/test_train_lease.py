@@ -75,3 +75,26 @@ def test_import_shockslurm_does_not_import_torch():
             "shockslurm.train.reports, shockslurm.train.lease; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_stop_file_is_removed_once_its_stop_is_taken(tmp_path):
+    """Left in place, the stop file stopped the requeued job (same job id) at its first step,
+    every time it was requeued."""
+    torch = pytest.importorskip("torch")
+    from shockslurm.train import ShockTrainer
+    from shockslurm.train.reports import Reporter
+
+    stop = tmp_path / ".shockslurm-stop-77"
+    stop.touch()
+
+    def trainer():
+        model = torch.nn.Linear(1, 1)
+        return ShockTrainer(model, None, ckpt_dir=tmp_path / "ck", every_seconds=None,
+                            reporter=Reporter(None),
+                            lease=Lease(stop_file=stop, file_poll_s=0.0))
+
+    with trainer() as st:
+        assert st.step() and st.stop_reason == f"stop file {stop}"
+    assert not stop.exists()
+    with trainer() as again:              # the requeued run trains on
+        assert not any(again.step() for _ in range(3))

@@ -10,9 +10,11 @@ the daemon requeues (or requeue-holds, then releases) it; Slurm starts it again 
 SLURM_RESTART_COUNT incremented, and the helper resumes from the newest good checkpoint. The
 helper itself never calls scontrol.
 
-A stop is also requested by a file the scheduler creates: `$SHOCKSLURM_STOP_FILE`, by default
-`$SLURM_SUBMIT_DIR/.shockslurm-stop-$SLURM_JOB_ID`. It is looked at no more often than every
-`file_poll_s` seconds (a stat on a shared filesystem is not free).
+A stop is also requested by a file (an administrator's or a script's `touch`; the daemon
+signals): `$SHOCKSLURM_STOP_FILE`, by default `$SLURM_SUBMIT_DIR/.shockslurm-stop-$SLURM_JOB_ID`.
+It is looked at no more often than every `file_poll_s` seconds (a stat on a shared filesystem is
+not free), and removed once the stop it asked for is taken (`consume_stop_file`): left there, it
+would stop the requeued job (same job id) again at its first step, every time.
 
 Under srun and torchrun every rank has its own lease; when torch.distributed is initialised the
 ranks agree (all-reduce MAX of the flag, `poll`) so that all of them stop at the same step.
@@ -129,6 +131,15 @@ class Lease:
         self._previous: dict[int, Any] = {}
         self._next_file_check = 0.0
         self._installed = False
+
+    def consume_stop_file(self) -> None:
+        """Remove the stop file once the stop it asked for is taken (every rank may call it)."""
+        if self.stop_file is not None and self.reason == f"stop file {self.stop_file}":
+            try:
+                self.stop_file.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("shockslurm.train: cannot remove the stop file %s: %s; a requeued "
+                            "run would stop again at once", self.stop_file, exc)
 
     # -- handlers
     def _handler(self, signum: int, _frame: FrameType | None) -> None:

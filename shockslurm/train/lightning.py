@@ -192,6 +192,7 @@ class ShockwaveCallback(pl.Callback):
         if stop and not self.stopped:
             self.stopped = True
             trainer.should_stop = True
+            self.lease.consume_stop_file()
             log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
                         self.lease.reason or "stop requested", self.saves.stop_outcome(step))
 

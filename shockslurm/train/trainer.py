@@ -310,6 +310,7 @@ class ShockTrainer(EpochLoops):
         self.stop_reason = self.lease.reason or "stop requested"
         if self._last_save_step != self.global_step:
             self.save()
+        self.lease.consume_stop_file()
         self.stopped = True
         if not self._stop_logged:
             self._stop_logged = True
