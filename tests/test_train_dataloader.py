@@ -163,3 +163,16 @@ def test_a_shuffling_loader_resumes_on_the_same_order(tmp_path):
     assert sorted(ref[:32]) == sorted(ref[32:]) == list(range(32)) and ref[:32] != ref[32:]
     first = run(tmp_path / "ck", stop_at=3)
     assert first + run(tmp_path / "ck") == ref
+
+
+def test_epochs_says_that_every_rank_gets_the_same_batches(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    x = torch.arange(8.0).reshape(8, 1)
+    with ShockTrainer(torch.nn.Linear(1, 1), None, ckpt_dir=tmp_path, every_seconds=None,
+                      lease=Lease(stop_file=False), reporter=Reporter(None)) as st:
+        with caplog.at_level(logging.WARNING, logger="shockslurm.train"):
+            for _epoch, _size, batches in st.epochs((x,), [4], num_epochs=1):
+                for _ in batches:
+                    st.step()
+    assert "epochs() gives every one of the 2 ranks the same batches" in caplog.text

@@ -112,6 +112,10 @@ class EpochLoops:
                 raise ValueError("give num_epochs (the schedule does not say how many)")
         self.num_epochs = num_epochs
         self.start()
+        if _env.world_size() > 1:
+            log.warning("shockslurm.train: epochs() gives every one of the %d ranks the same "
+                        "batches (no data parallelism); shard with a DataLoader over "
+                        "st.sampler(dataset) and st.batches()", _env.world_size())
         n = _length(dataset)
         resumed = self._resume_pending
         self._resume_pending = False
