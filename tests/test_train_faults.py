@@ -213,6 +213,24 @@ def test_sharded_checkpoints_keep_their_extras(tmp_path: Path):
 
 
 @SINGLE_PROCESS_DCP
+def test_sharded_checkpoints_of_later_steps_are_set_aside_not_rotated_in(tmp_path: Path):
+    """The sharded manager rotated as the file one did: a fresh run in a directory holding an
+    earlier run's later steps deleted its own new checkpoints at once."""
+    model = torch.nn.Linear(5, 2)
+    old = ShardedCheckpointManager(tmp_path, keep=2)
+    for step in (800, 900):
+        old.save(model, None, step, extras={"run": "old"})
+    new = ShardedCheckpointManager(tmp_path, keep=2)
+    for step in (100, 200, 300):
+        new.save(model, None, step, extras={"run": "new"})
+    assert [s for s, _ in new.checkpoints()] == [200, 300]
+    found = new.load_latest(torch.nn.Linear(5, 2))
+    assert found is not None and found[1] == 300 and new.extras == {"run": "new"}
+    assert sorted(p.name for p in (tmp_path / "superseded").iterdir()) == [
+        "dcp-000000000800", "dcp-000000000900"]
+
+
+@SINGLE_PROCESS_DCP
 @pytest.mark.parametrize("manifest", [bytes(range(128, 256)), b"00  ../../etc/passwd\n"])
 def test_a_garbage_manifest_is_skipped_for_the_older_sharded_checkpoint(
         tmp_path: Path, caplog, manifest: bytes):

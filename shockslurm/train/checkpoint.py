@@ -63,7 +63,7 @@ log = logging.getLogger("shockslurm.train")
 FORMAT_VERSION = 2
 FORMATS_READ = (1, 2)
 SIDECAR_SUFFIX = ".sha256"
-SUPERSEDED_DIR = "superseded"   # checkpoints of later steps than a run's own go there (`_rotate`)
+SUPERSEDED_DIR = "superseded"   # checkpoints of later steps than a run's own go there (`rotate`)
 CHECKPOINT_MODE = 0o600   # a job's weights are its owner's alone, on a shared file system too
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
 _CHUNK = 8 << 20          # bytes read at a time for the checksum
@@ -261,6 +261,38 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     return read_checkpoint(path)
 
 
+def rotate(directory: Path, checkpoints: list[tuple[int, Path]], step: int,
+           keep: int) -> list[Path]:
+    """After the checkpoint of `step` is written in `directory` (`checkpoints`: (step, path) of
+    all, oldest first), the old ones to delete: all but the `keep` newest up to `step`. Those
+    of later steps are not this run's (an earlier run's in the same directory, or a bad newest
+    one skipped at resume): a resume would take them, and rotating by step would delete this
+    run's instead, so they are moved to `superseded/` (kept, not deleted; a file with its
+    sidecar). `CheckpointManager` and the sharded manager both rotate so."""
+    ahead = [path for s, path in checkpoints if s > step]
+    if ahead:
+        _set_aside(directory, ahead, step)
+    return [path for s, path in checkpoints if s <= step][:-keep]
+
+
+def _set_aside(directory: Path, paths: list[Path], step: int) -> None:
+    aside = directory / SUPERSEDED_DIR
+    try:
+        aside.mkdir(exist_ok=True)
+        for path in paths:
+            for one in (path, sidecar_path(path)):
+                if one.exists():
+                    os.replace(one, aside / one.name)
+    except OSError as exc:
+        log.error("shockslurm.train: checkpoints of later steps than this run's %d (%s) could "
+                  "not be moved to %s: %s; a resume would take them", step,
+                  ", ".join(p.name for p in paths), aside, exc)
+        return
+    log.warning("shockslurm.train: checkpoints of later steps than this run's %d are not its "
+                "own (%s): moved to %s, where a resume does not look", step,
+                ", ".join(p.name for p in paths), aside)
+
+
 class CheckpointManager:
     """Rotated checkpoints in one directory.
 
@@ -339,37 +371,12 @@ class CheckpointManager:
         return None
 
     def _rotate(self, step: int) -> None:
-        """Keep the `keep` newest checkpoints up to `step`, the one just written. Those of later
-        steps are not this run's (an earlier run's in the same directory, or a bad newest file
-        skipped at resume): a resume would take them, and rotating by step would delete this
-        run's instead, so they are moved to `superseded/` (kept, not deleted)."""
-        files = self.checkpoints()
-        ahead = [path for s, path in files if s > step]
-        if ahead:
-            self._set_aside(ahead, step)
-        for _, old in [f for f in files if f[0] <= step][:-self.keep]:
+        for old in rotate(self.directory, self.checkpoints(), step, self.keep):
             try:
                 old.unlink()                       # the file first: a sidecar alone is ignored
                 sidecar_path(old).unlink(missing_ok=True)
             except OSError as exc:  # pragma: no cover
                 log.warning("shockslurm.train: could not delete old checkpoint %s: %s", old, exc)
-
-    def _set_aside(self, paths: list[Path], step: int) -> None:
-        aside = self.directory / SUPERSEDED_DIR
-        try:
-            aside.mkdir(exist_ok=True)
-            for path in paths:
-                for one in (path, sidecar_path(path)):
-                    if one.exists():
-                        os.replace(one, aside / one.name)
-        except OSError as exc:
-            log.error("shockslurm.train: checkpoints of later steps than this run's %d (%s) "
-                      "could not be moved to %s: %s; a resume would take them", step,
-                      ", ".join(p.name for p in paths), aside, exc)
-            return
-        log.warning("shockslurm.train: checkpoints of later steps than this run's %d are not "
-                    "its own (%s): moved to %s, where a resume does not look", step,
-                    ", ".join(p.name for p in paths), aside)
 
     def _sweep(self) -> None:
         """Temporary files and orphan sidecars left by a writer that died mid-save (only the

@@ -10,7 +10,8 @@ Layout (per checkpoint, in the checkpoint directory):
 Writing (`save`, collective: every rank calls it): DCP writes into a dot-named temporary
 directory; rank 0 then checksums every file into the manifest (written last, fsynced), fsyncs the
 files and renames the directory onto its name, so a checkpoint directory either is whole with its
-manifest or does not exist; then all but the newest `keep` are deleted. Reading (`load_latest`,
+manifest or does not exist; then all but the newest `keep` are deleted (`checkpoint.rotate`:
+those of later steps than the one written go to `superseded/`). Reading (`load_latest`,
 collective): rank 0 checks the newest directories' manifests (a missing, wrong or incomplete one
 is logged and the next older one tried) and tells every rank which one to load; each rank loads
 its shards (`dcp.load`) and puts them into the live model and optimizer (`set_state_dict`).
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from ..atomic import atomic_write, fsync_dir
-from .checkpoint import file_sha256, sha256sum_line
+from .checkpoint import file_sha256, rotate, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
@@ -134,7 +135,7 @@ class ShardedCheckpointManager:
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             fsync_dir(self.directory)
-            for _, old in self.checkpoints()[:-self.keep]:
+            for old in rotate(self.directory, self.checkpoints(), step, self.keep):
                 shutil.rmtree(old, ignore_errors=True)
         _barrier()
         return final
