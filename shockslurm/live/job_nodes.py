@@ -4,8 +4,7 @@ A job may run on the nodes of its partition (a pending job may name several) tha
 type it asks for, if any (`--gres=gpu:a100:2`: nodes whose gres names a100 GPUs), less those its
 user's own limits rule out: `--exclude`, `-w` (as job_submit.lua recorded it:
 `SlurmJob.user_nodes`; `constraints.limiting_nodelist`: a list of fewer nodes than the job's
-is no limit) and
-`--constraint` (`slurm.constraints`: the forms the daemon reads).
+is no limit) and `--constraint` (`slurm.constraints`: the forms the daemon reads).
 The plan then places each job where Slurm will let it start, and the daemon's pin
 (`ReqNodeList=`, `enact.pin_nodes`) stays within those nodes; a job whose limits it cannot read
 in full is released unpinned (`pins_allowed`), Slurm applying them alone.
