@@ -175,7 +175,9 @@ class JobSpec:
     their sum. `throughput` maps every batch size the job may use to iterations per second on its
     gang; the forecaster and the simulator read durations of batch sizes not in the profile from it.
     `allowed_nodes` limits the job to some nodes (by name), as a partition, `--exclude` or
-    `--constraint` limit a live job (`Snapshot.allowed_nodes`).
+    `--constraint` limit a live job (`Snapshot.allowed_nodes`). `node_count` above 1: the job
+    asks for that many nodes, its gang in equal parts on each (`-N 2 --gres=gpu:4`,
+    `Snapshot.node_counts`).
     """
 
     job_id: int
@@ -192,6 +194,7 @@ class JobSpec:
     priority_weight: float = 1.0
     total_iterations: int | None = None  # at the initial batch size; default whole epochs
     allowed_nodes: frozenset[str] | None = None  # the nodes it may run on; None: any node
+    node_count: int = 1                 # nodes it asks for, its gang split evenly over them
 
     @property
     def iterations(self) -> int:
@@ -310,7 +313,9 @@ class Snapshot:
     keeps them there while those nodes have room. `allowed_nodes`: the nodes a job may run on,
     for the jobs limited to some (on the live cluster: the nodes of its partition that its
     user's `-w`, `--exclude` and `--constraint` leave it; a job not in it may run on any);
-    placement puts such a job on those only.
+    placement puts such a job on those only. `node_counts`: the jobs that ask for several
+    nodes, job id -> N > 1 (Slurm's `-N N --gres=gpu:K`: K GPUs on each of N nodes); placement
+    puts such a gang in N equal parts on N nodes (absent: rule 1, one node when one holds it).
     """
 
     now: float
@@ -323,6 +328,11 @@ class Snapshot:
     reserved: Mapping[str, int] = field(default_factory=dict)
     pinned: Mapping[int, NodeShares] = field(default_factory=dict)
     allowed_nodes: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    node_counts: Mapping[int, int] = field(default_factory=dict)
+
+    def parts(self, job_id: int) -> int:
+        """The nodes the job asks for (1: rule 1 places its gang)."""
+        return self.node_counts.get(job_id, 1)
 
     @property
     def cluster_nodes(self) -> tuple[Node, ...]:

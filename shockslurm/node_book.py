@@ -8,6 +8,8 @@ whole free nodes, the largest first, as few as cover it. For a job limited to so
 (`within`) the same holds among those nodes: a gang larger than each of them takes whole free
 ones of them, but only its GPUs there (the node can still hold it alone on a larger node of
 another job's, so it is not a multi-node gang of the cluster's, which owns its nodes).
+A job that asks for several nodes itself (`spread` N > 1: Slurm's `-N N --gres=gpu:K`) runs as N
+equal parts on N distinct nodes, each the best fit for its part (`Snapshot.node_counts`).
 """
 
 from __future__ import annotations
@@ -77,10 +79,11 @@ class NodeBook:
         """True for a gang larger than every node (rule 1: it takes whole nodes)."""
         return gang > self.largest
 
-    def spans(self, gang: int, within: Collection[str] | None = None) -> bool:
-        """Whether the gang takes several nodes: it is larger than every node (of `within`, the
-        nodes the job may run on, when given)."""
-        return gang > (self.largest if within is None else self.node_set(within).largest)
+    def spans(self, gang: int, within: Collection[str] | None = None, spread: int = 1) -> bool:
+        """Whether the gang takes several nodes: it asks for several (`spread`) or is larger
+        than every node (of `within`, the nodes the job may run on, when given)."""
+        return spread > 1 or gang > (self.largest if within is None
+                                     else self.node_set(within).largest)
 
     def node_set(self, within: Collection[str]) -> _NodeSet:
         """The book's nodes among `within` (names of other nodes are ignored)."""
@@ -92,11 +95,14 @@ class NodeBook:
                                                 max((self._cap[i] for i in indices), default=0))
         return found
 
-    def can_take(self, gang: int, within: Collection[str] | None = None) -> bool:
+    def can_take(self, gang: int, within: Collection[str] | None = None, spread: int = 1) -> bool:
         """Whether a gang of `gang` GPUs can still be placed (on the nodes named in `within`
-        only, when given: the nodes a job may run on)."""
+        only, when given: the nodes a job may run on; as `spread` equal parts on as many
+        nodes, when above 1)."""
         if gang <= 0:
             return False
+        if spread > 1:
+            return self._spread_shares(gang, spread, within) is not None
         if within is not None:
             return self._fits_within(gang, self.node_set(within))
         if self.multi_node(gang):
@@ -112,11 +118,15 @@ class NodeBook:
     # ------------------------------------------------------------------ placing
     def take(self, gang: int, prefer: NodeShares | None = None,
              avoid: Mapping[str, int] | None = None,
-             within: Collection[str] | None = None) -> NodeShares | None:
+             within: Collection[str] | None = None, spread: int = 1) -> NodeShares | None:
         """Place a gang by rules 1 and 3 (on `prefer`, a single node, when it has room; among
         equally good nodes, the one with the fewest GPUs in `avoid`), on the nodes named in
-        `within` only when given (the nodes the job may run on); None when it cannot be
-        placed."""
+        `within` only when given (the nodes the job may run on), as `spread` equal parts on
+        as many nodes when above 1 (on `prefer` when it is such a shape with room); None when
+        it cannot be placed."""
+        if spread > 1:
+            shares = self._spread_shares(gang, spread, within, prefer, avoid)
+            return shares if shares is not None and self.take_at(shares) else None
         if not self.can_take(gang, within):
             return None
         nodes = None if within is None else self.node_set(within)
@@ -167,6 +177,45 @@ class NodeBook:
         for name, g in shares:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)
+
+    def _spread_shares(self, gang: int, count: int, within: Collection[str] | None = None,
+                       prefer: NodeShares | None = None,
+                       avoid: Mapping[str, int] | None = None) -> NodeShares | None:
+        """Where `take` puts a gang that runs as `count` equal parts on as many nodes (of
+        `within`, when given), taking nothing: `prefer` when it is that shape and has room, else
+        each part on the best fit (the fewest free GPUs that hold it; then the fewest GPUs in
+        `avoid`, then node order). Parts that fill their nodes as a multi-node gang's do
+        (`takes_whole`) need wholly free nodes. None when too few nodes have room, or the gang
+        does not split evenly."""
+        if count <= 0 or gang % count:
+            return None
+        part = gang // count
+        nodes = None if within is None else self.node_set(within).indices
+        if prefer is not None and len(prefer) == count and self._holds(prefer, part, nodes):
+            return tuple(prefer)            # (`_holds` checks the whole-node rule too)
+        fits = [i for f in self._levels[bisect_left(self._levels, part):]
+                for i in self._by_free[f] if nodes is None or i in nodes]
+        key = (lambda i: (self._free[i], i)) if not avoid else \
+            (lambda i: (self._free[i], avoid.get(self.nodes[i].name, 0), i))
+        for candidates in (fits, [i for i in fits if i in self._whole]):
+            chosen = sorted(sorted(candidates, key=key)[:count])
+            if len(chosen) < count:
+                return None
+            shares = tuple((self.nodes[i].name, part) for i in chosen)
+            if not self.takes_whole(shares) or all(i in self._whole for i in chosen):
+                return shares
+        return None
+
+    def _holds(self, shares: NodeShares, part: int, nodes: Collection[int] | None) -> bool:
+        """Whether `shares` are `part` GPUs on distinct known nodes (of `nodes` when given),
+        each with room for its part."""
+        if any(n not in self._index or g != part for n, g in shares):
+            return False
+        idx = {self._index[n] for n, _ in shares}
+        whole = self.takes_whole(shares)
+        return len(idx) == len(shares) and all(
+            self._free[i] >= part and (nodes is None or i in nodes)
+            and (not whole or i in self._whole) for i in idx)
 
     def _take_whole(self, gang: int, indices: Collection[int] | None = None
                     ) -> NodeShares | None:
@@ -230,10 +279,12 @@ def stay_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) ->
 
 
 def new_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int],
-              limited: Mapping[int, Collection[str]] | None = None) -> list[int]:
-    """Rule 3's order: multi-node gangs first, then largest first, then (of one size) the jobs
+              limited: Mapping[int, Collection[str]] | None = None,
+              spread: Collection[int] = ()) -> list[int]:
+    """Rule 3's order: multi-node gangs first (those larger than every node, and the jobs
+    that ask for several nodes, `spread`), then largest first, then (of one size) the jobs
     `limited` to some nodes, those with the fewest first (they have fewer to go to), then job
     id."""
     few = limited or {}
-    return sorted(jobs, key=lambda j: (not book.multi_node(gangs[j]), -gangs[j],
+    return sorted(jobs, key=lambda j: (not (book.multi_node(gangs[j]) or j in spread), -gangs[j],
                                        len(few[j]) if j in few else len(book.nodes) + 1, j))

@@ -12,6 +12,9 @@ the result depends only on its input:
    type, those its user's own limits leave it) is placed on those only, by the same rules
    among them: a gang larger than each of them takes whole free ones of them, but only its
    GPUs there (`node_book`). A released job pinned outside them is not kept there (rule 2).
+   A job that asks for several nodes itself (`node_counts`, Slurm's `-N 2 --gres=gpu:4`) runs
+   as that many equal parts, each on its own node by best fit, and is placed with the
+   multi-node gangs.
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
    (multi-node gangs first, then by job id; one Slurm spread over parts of nodes, as
    `-N3 --gres=gpu:4` on nodes of 8, holds its GPUs there only: `NodeBook.takes_whole`); so
@@ -54,7 +57,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Collection, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares
 from .node_book import NodeBook, NodeSets, new_order, stay_order
@@ -62,14 +65,30 @@ from .node_book import NodeBook, NodeSets, new_order, stay_order
 
 @dataclass(frozen=True)
 class Allowed:
-    """The nodes each job limited to some may run on (job id -> node names), and the node sets
-    the books of one placement share (each job's set read once)."""
+    """The nodes each job limited to some may run on (job id -> node names), the node count of
+    each job that asks for several nodes (`spread`: job id -> N, its gang in N equal parts), and
+    the node sets the books of one placement share (each job's set read once)."""
 
     nodes: Mapping[int, frozenset[str]]
+    spread: Mapping[int, int] = field(default_factory=dict)
     sets: NodeSets = field(default_factory=dict)
 
     def get(self, job_id: int) -> frozenset[str] | None:
         return self.nodes.get(job_id)
+
+    def parts(self, job_id: int) -> int:
+        """The nodes the job asks for (1: as many as rule 1 gives its gang)."""
+        return self.spread.get(job_id, 1)
+
+    def take(self, book: NodeBook, job_id: int, gang: int, prefer: NodeShares | None = None,
+             avoid: Mapping[str, int] | None = None) -> NodeShares | None:
+        """`book.take` for one job, on the nodes it may run on, in the parts it asks for."""
+        return book.take(gang, prefer=prefer, avoid=avoid, within=self.nodes.get(job_id),
+                         spread=self.parts(job_id))
+
+    def order(self, book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:
+        """Rule 3's order (`node_book.new_order`) with these limits."""
+        return new_order(book, gangs, jobs, self.nodes, self.spread)
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self.nodes
@@ -123,8 +142,8 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
     shares = _stay(book, gangs, running)
     left = [j for j in gangs if j not in shares]
     avoid = allowed.demand(left) or None       # gangs leave limited ones their nodes
-    for j in new_order(book, gangs, left, allowed.nodes):
-        got = book.take(gangs[j], avoid=avoid, within=allowed.get(j))
+    for j in allowed.order(book, gangs, left):
+        got = allowed.take(book, j, gangs[j], avoid=avoid)
         if got is not None:
             shares[j] = got
     return book, shares
@@ -145,9 +164,9 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         shares[j] = where
         if len(where) == 1 and not book.multi_node(gangs[j]):
             on_node.setdefault(where[0][0], []).append(j)
-    for j in new_order(book, gangs, (j for j in gangs if j not in shares), allowed.nodes):
+    for j in allowed.order(book, gangs, (j for j in gangs if j not in shares)):
         g, within = gangs[j], allowed.get(j)
-        if book.multi_node(g) or book.free_gpus < g:
+        if book.spans(g, spread=allowed.parts(j)) or book.free_gpus < g:
             continue
         best: tuple[tuple[int, int, int], str, list[int]] | None = None
         for index, node in enumerate(book.nodes):
@@ -174,8 +193,8 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
         book.take_at(((name, g),))
         shares[j] = ((name, g),)
         on_node.setdefault(name, []).append(j)
-        for k in new_order(book, gangs, evict):
-            got = book.take(gangs[k], within=allowed.get(k))
+        for k in allowed.order(book, gangs, evict):
+            got = allowed.take(book, k, gangs[k])
             if got is not None:
                 shares[k] = got
                 on_node.setdefault(got[0][0], []).append(k)
@@ -193,8 +212,8 @@ def _repack(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[in
     for j in gangs:
         for node, g in running.get(j, ()):
             homes[node] = homes.get(node, 0) + g
-    for j in new_order(book, gangs, gangs):
-        got = book.take(gangs[j], prefer=running.get(j), avoid=homes, within=allowed.get(j))
+    for j in allowed.order(book, gangs, gangs):
+        got = allowed.take(book, j, gangs[j], prefer=running.get(j), avoid=homes)
         if got is not None:
             shares[j] = got
         for node, g in running.get(j, ()):
@@ -215,9 +234,9 @@ def _fill(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int,
     anywhere: dict[int, deque[int]] = {}     # single-node gangs by size, in rule 3's order
     limited: dict[frozenset[str], dict[int, deque[int]]] = {}   # the same by the nodes allowed
     seen: dict[frozenset[str], int] = {}     # each node set's first job in that order
-    for j in new_order(book, gangs, (j for j in gangs if j not in shares), allowed.nodes):
-        if book.spans(gangs[j], allowed.get(j)):
-            got = book.take(gangs[j], within=allowed.get(j))
+    for j in allowed.order(book, gangs, (j for j in gangs if j not in shares)):
+        if book.spans(gangs[j], allowed.get(j), allowed.parts(j)):
+            got = allowed.take(book, j, gangs[j])
             if got is not None:
                 shares[j] = got
         elif j in allowed:
@@ -263,15 +282,18 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
           running: Mapping[int, NodeShares] | None = None,
           reserved: Mapping[str, int] | None = None, *, moves: bool = True,
           pinned: Mapping[int, NodeShares] | None = None,
-          allowed: Mapping[int, Collection[str]] | None = None) -> Placement:
+          allowed: Mapping[int, Collection[str]] | None = None,
+          node_counts: Mapping[int, int] | None = None) -> Placement:
     """Place the planned gangs (`gangs`: job id -> GPUs) on `nodes`, given where jobs hold GPUs
     now (`running`: job id -> shares, planned or not), the GPUs per node that jobs outside
     the scheduler hold (`reserved`), the nodes released jobs that hold none yet are to start
-    on (`pinned`) and the nodes some jobs may run on (`allowed`: job id -> node names; a job
-    not in it may run on any node). See the module's rules; `moves=False` skips rule 4 (no
-    running job is moved: what does not fit around them is unplaced)."""
+    on (`pinned`), the nodes some jobs may run on (`allowed`: job id -> node names; a job
+    not in it may run on any node) and the jobs that ask for several nodes (`node_counts`: job
+    id -> N > 1, its gang in N equal parts on N nodes). See the module's rules; `moves=False`
+    skips rule 4 (no running job is moved: what does not fit around them is unplaced)."""
     running = dict(running or {})
-    allow = Allowed({j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs})
+    allow = Allowed({j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs},
+                    {j: n for j, n in (node_counts or {}).items() if j in gangs and n > 1})
     waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running
                and (j not in allow or all(n in allow.nodes[j] for n, _ in s))}
     homes = {**waiting, **running}

@@ -37,19 +37,25 @@ def place_plan(plan: RoundPlan, snapshot: Snapshot) -> RoundPlan:
         return RoundPlan(plan.run, info, shares)
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run}, running,
                    snapshot.reserved, moves=plan.moves_allowed, pinned=snapshot.pinned,
-                   allowed=snapshot.allowed_nodes)
+                   allowed=snapshot.allowed_nodes, node_counts=snapshot.node_counts)
     return RoundPlan(result.jobs, _noted(plan, result), dict(result.shares))
 
 
 def _fits(plan: RoundPlan, snapshot: Snapshot, gang: Mapping[int, int]) -> bool:
     """Whether the policy's own placement of `plan` holds every gang whole on the snapshot's
-    nodes, none over its free GPUs, each on nodes it may run on."""
+    nodes, none over its free GPUs, each on nodes it may run on, in the parts it asks for."""
     book = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
     allowed = snapshot.allowed_nodes
     return all(sum(g for _, g in plan.placement[j]) == gang[j]
                and (j not in allowed or all(n in allowed[j] for n, _ in plan.placement[j]))
+               and (snapshot.parts(j) == 1 or _in_parts(plan.placement[j], snapshot.parts(j)))
                and book.take_at(tuple(plan.placement[j]))
                for j in stay_order(book, gang, plan.run))
+
+
+def _in_parts(shares: NodeShares, parts: int) -> bool:
+    """Whether `shares` are `parts` equal parts (one per node)."""
+    return len(shares) == parts and len({g for _, g in shares}) == 1
 
 
 def _noted(plan: RoundPlan, result: Placement) -> dict[str, object]:
@@ -77,7 +83,8 @@ def place_around(plan: RoundPlan, snapshot: Snapshot, movable: Iterable[int] = (
     others = {j: s for j, s in snapshot.placements.items() if j in gang and j not in fixed}
     result = place(snapshot.cluster_nodes, {j: gang[j] for j in plan.run if j not in fixed},
                    others, {n.name: n.gpus - free[n.name] for n in snapshot.cluster_nodes},
-                   pinned=snapshot.pinned, allowed=snapshot.allowed_nodes)
+                   pinned=snapshot.pinned, allowed=snapshot.allowed_nodes,
+                   node_counts=snapshot.node_counts)
     shares = {**result.shares, **fixed}
     info = _noted(plan, result)
     replaced = sorted(j for j, s in result.shares.items()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,8 +84,10 @@ def test_the_priority_rule_takes_the_earliest_block_with_room():
     books = [NodeBook(parse_cluster_shape("1x2")) for _ in range(4)]
     books[0].take(2)
     books[2].take(1)
-    assert _in_order(books, 1, 2) == [1, 2]        # rounds 1-2 are a block with room
-    assert _in_order(books, 2, 2) == [1, 3]        # no block of two takes a gang of 2
+    def room(gang: int) -> np.ndarray:
+        return np.array([b.can_take(gang) for b in books])
+    assert _in_order(room(1), 2) == [1, 2]         # rounds 1-2 are a block with room
+    assert _in_order(room(2), 2) == [1, 3]         # no block of two takes a gang of 2
 
 
 @settings(max_examples=100, deadline=None)

@@ -204,9 +204,10 @@ def _echo_tables(results: list[dict[str, Any]], repeat: int) -> None:
 def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path | None,
                           seed: int | None) -> tuple[tuple[Node, ...], list[JobSpec]]:
     """The nodes (a shape, else the partition's from Slurm) and the trace-second workload, whose
-    node limits (`nodes`) must name nodes of the cluster that can hold each job."""
+    node limits (`nodes`) must name nodes of the cluster that can hold each job, each on one
+    node or in the parts it asks for (`node_count`)."""
     from ..livebench import workload as wl
-    from ..sim.cluster import limited_jobs
+    from ..sim.job_nodes import limited_jobs, node_counts
     from ..workload.jsonl import read_jobs
 
     given = cluster_nodes_of(shape) if shape else None
@@ -220,16 +221,18 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
         raise click.ClickException(str(exc)) from None
     try:
         limited = limited_jobs(jobs, nodes)
+        node_counts(jobs, nodes, limited)
     except ValueError as exc:
         raise click.ClickException(f"{workload_path}: {exc}") from None
     everywhere = frozenset(n.name for n in nodes)
     for job in jobs:
         may = limited.get(job.job_id, everywhere)
         most = max(n.gpus for n in nodes if n.name in may)
-        if job.gang_size > most:
+        if job.gang_size // job.node_count > most:
             raise click.ClickException(
                 f"{workload_path}: job {job.job_id} asks for {job.gang_size} GPUs, more than "
-                f"any node it may run on has ({most}): bench live submits every job on one node")
+                f"any node it may run on has ({most}): bench live submits a job on one node "
+                "unless it gives node_count")
     return nodes, jobs
 
 

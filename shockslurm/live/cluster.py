@@ -74,17 +74,16 @@ from .acting import (CONTROLLER_DOWN_RE, GRACE_SECONDS, PARTITIONS, STOP_POLL_S,
                      STOP_TIMEOUT_S)
 from .churn import ChurnGuard
 from .events import others_holding, watched_partitions
-from .job_nodes import NodeLimits, never_fits
 from .credentials import RecentDepartures
 from .idle import SwitchClock, waiting_gpus
-from .layout import Layout, impossible_reason, read_layout, unplaceable_idle_gpu_s
+from .layout import Layout, read_layout, unplaceable_idle_gpu_s
 from .journaling import (EnactStats, Journal, JournalUnavailable, LiveJob, StopHistorySource,
                          StopLedger)
 from .phases import StaleSnapshot  # noqa: F401 (re-exported)
+from .never_planned import NeverPlanned
 from .polling import EventPolling
 from .progress_source import ProgressSource, RunTimeProgress, job_view
-from .specs import (DEFAULT_EPOCH_SECONDS, DEFAULT_SPEC, BadSpec, LiveSpec, SpecRegistry,
-                    epoch_seconds, has_spec, job_spec)
+from .specs import SpecRegistry, epoch_seconds, has_spec
 from ..slurm.types import JobState, SlurmBackend, SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ __all__ = ["SlurmCluster", "StaleSnapshot", "STOP_POLL_S", "CONTROLLER_DOWN_RE"]
 ACTIVE_STATES = (JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETING)
 
 
-class SlurmCluster(EventPolling):
+class SlurmCluster(NeverPlanned, EventPolling):
     """`engine.Cluster` on a real Slurm (through a `SlurmBackend`)."""
 
     def __init__(self, backend: SlurmBackend, *, partitions: Sequence[str] = PARTITIONS,
@@ -177,52 +176,6 @@ class SlurmCluster(EventPolling):
         held = others_holding(jobs, self._ours, None)
         return max(0, total - sum(j.gpus for j in jobs if j.job_id in held))
 
-    def _spec(self, job: SlurmJob, registered: Mapping[int, Mapping[str, object]]) -> LiveSpec:
-        """The job's spec; for a bad one (`BadSpec`) the defaults, and the job is recorded in
-        `bad_specs` (never planned) and queued to be flagged, once per job."""
-        try:
-            spec = job_spec(job.comment, registered.get(job.job_id))
-        except BadSpec as exc:
-            self._flag_once(self.bad_specs, job, f"bad spec: {exc}")
-            return DEFAULT_SPEC
-        if spec.source == "default":
-            log.warning("job %s carries no shock:spec and is not registered; using defaults "
-                        "(%s s per epoch)", job.job_id, DEFAULT_EPOCH_SECONDS)
-        return spec
-
-    def _flag_once(self, where: dict[tuple[int, float], str], job: SlurmJob,
-                   reason: str) -> None:
-        """Record a job that is never planned (`where`), log and queue its flag, once."""
-        key = (job.job_id, job.submit_time)
-        if key not in where:
-            where[key] = reason
-            self._flags_new.append((job, reason))
-            log.warning("job %s is never scheduled: %s; it stays held", job.job_id, reason)
-
-    def _impossible(self, active: Sequence[SlurmJob], nodes: Sequence[SlurmNode]) -> set[int]:
-        """Pending jobs of ours no usable node can hold now (more GPUs per node than any, or
-        than all): not planned this round. Those that no node of the managed partitions in any
-        state can ever hold, or none they may run on (`job_nodes.never_fits`: their partition's,
-        GPU type, user's limits), are flagged once as well; the others wait for drained or down
-        nodes to come back."""
-        ours = [n for n in nodes if set(n.partitions) & set(self.partitions) and n.gpus > 0]
-        usable = [n.gpus for n in ours if n.usable]
-        if not usable:       # nothing usable now: no verdict (capacity is 0 anyway)
-            return set()
-        every = [n.gpus for n in ours]
-        limits = NodeLimits(ours)
-        out = set()
-        for job in active:
-            if job.state is not JobState.PENDING:
-                continue
-            never = (impossible_reason(job, max(every), sum(every))
-                     or never_fits(job, limits))
-            if never is not None:
-                self._flag_once(self.impossible, job, never)
-            if never is not None or impossible_reason(job, max(usable), sum(usable)):
-                out.add(job.job_id)
-        return out
-
     def _leave_alone(self, tagged: Sequence[SlurmJob]) -> None:
         """The managed jobs the daemon leaves alone this round (`_hands_off`: an admin's hold,
         SUSPENDED, ...) in `aside`; each logged when it goes aside and when it comes back."""
@@ -236,10 +189,6 @@ class SlurmCluster(EventPolling):
             log.info("job %s is no longer left alone (%s): scheduled again", key[0],
                      self.aside[key])
         self.aside = aside
-
-    def _never(self) -> set[int]:
-        """Jobs never planned (impossible requests, bad specs)."""
-        return {j for j, _ in self.impossible} | {j for j, _ in self.bad_specs}
 
     # ------------------------------------------------------------------ observe
     def observe(self, now: float) -> Snapshot:
@@ -348,7 +297,7 @@ class SlurmCluster(EventPolling):
         return Snapshot(now=now, round_index=self.rounds, round_s=self.round_s, gpus=self.gpus,
                         jobs=views, nodes=layout.nodes, placements=dict(layout.placements),
                         reserved=dict(layout.reserved), pinned=dict(layout.pinned),
-                        allowed_nodes=dict(layout.allowed))
+                        allowed_nodes=dict(layout.allowed), node_counts=dict(layout.node_counts))
 
     def _measure_unplaceable(self, jobs: Sequence[SlurmJob], now: float) -> None:
         """Idle GPU-seconds since the last observe while our released jobs waited in

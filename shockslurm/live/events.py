@@ -33,7 +33,8 @@ def arrivals_that_fit(layout: Layout, pending: Sequence[SlurmJob],
         return []
     free = layout.free()
     book = NodeBook(layout.nodes, {n.name: n.gpus - max(0, free[n.name]) for n in layout.nodes})
-    return sorted(j.job_id for j in new if book.can_take(j.gpus, layout.allowed.get(j.job_id)))
+    return sorted(j.job_id for j in new
+                  if book.can_take(j.gpus, layout.allowed.get(j.job_id), j.node_parts))
 
 
 def completions_with_waiting(jobs: Sequence[SlurmJob], planned: Collection[int],

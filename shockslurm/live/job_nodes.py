@@ -81,7 +81,21 @@ def never_fits(job: SlurmJob, limits: NodeLimits) -> str | None:
         per_node = f" ({job.gpus_per_node} per node)" if job.gpus_per_node else ""
         return (f"impossible request: {job.gpus} GPUs{per_node}, the nodes it may run on "
                 f"({_limits_text(job)}) have {caps[-1]} at most, {sum(caps)} in all")
-    return None
+    return too_few_nodes(job, caps, f"the nodes it may run on ({_limits_text(job)}) include")
+
+
+def too_few_nodes(job: SlurmJob, caps: Sequence[int], have: str) -> str | None:
+    """Why too few of some nodes (`caps`: the GPUs of each) hold a part of a job that asks for
+    GPUs on several nodes (`SlurmJob.node_parts`), else None; `have` says whose nodes."""
+    parts = job.node_parts
+    if parts <= 1:
+        return None
+    part = job.gpus // parts
+    holding = sum(1 for c in caps if c >= part)
+    if holding >= parts:
+        return None
+    return (f"impossible request: {parts} nodes of {part} GPUs, {have} {holding} such "
+            f"node{'s' if holding != 1 else ''}")
 
 
 def _limits_text(job: SlurmJob) -> str:

@@ -21,6 +21,8 @@ every plan on the real nodes:
   keeps it there while the plan leaves those nodes room. It holds no GPUs: not in `free`.
 - allowed: the nodes each job of ours that may not run on every one of them may run on (its
   partition's, less what its user's limits rule out: `job_nodes`).
+- node_counts: the jobs of ours that ask for GPUs per node on several nodes (`-N 2
+  --gres=gpu:4`, `SlurmJob.node_parts`), placed in that many equal parts.
 
 When Slurm's answer does not say where a job that holds GPUs sits, `read_layout` returns None
 and the snapshot is one pool, as before placement.
@@ -35,7 +37,7 @@ from ..model import Node, NodeShares
 from ..plan_on_nodes import free_after
 from ..slurm.gres import gpus_per_allocated_node, required_node_names
 from ..slurm.types import JobState, SlurmJob, SlurmNode
-from .job_nodes import NodeLimits, limited_jobs
+from .job_nodes import NodeLimits, limited_jobs, too_few_nodes
 
 PLACED_STATES = (JobState.RUNNING, JobState.SUSPENDED)
 
@@ -47,6 +49,7 @@ class Layout:
     reserved: Mapping[str, int] = field(default_factory=dict)
     pinned: Mapping[int, NodeShares] = field(default_factory=dict)
     allowed: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    node_counts: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -107,9 +110,14 @@ def read_layout(nodes: Sequence[SlurmNode], jobs: Sequence[SlurmJob],
                   if (kept_shares := tuple(s for s in shares if s[0] in names))}
     pinned = {j: shares for j, shares in pinned.items()
               if all(n in names for n, _ in shares)}
-    allowed = limited_jobs(NodeLimits(kept), [j for j in jobs if ours(j) and not j.state.finished])
+    active = [j for j in jobs if ours(j) and not j.state.finished]
     return Layout(tuple(Node(n.name, n.gpus, _one_type(n)) for n in kept), placements, out,
-                  pinned, allowed)
+                  pinned, limited_jobs(NodeLimits(kept), active), node_counts(active))
+
+
+def node_counts(jobs: Sequence[SlurmJob]) -> dict[int, int]:
+    """The jobs of `jobs` whose GPUs come in equal parts on several nodes, and how many."""
+    return {j.job_id: j.node_parts for j in jobs if j.node_parts > 1}
 
 
 def _one_type(node: SlurmNode) -> str | None:
@@ -147,12 +155,14 @@ def unplaceable_idle_gpu_s(jobs: Sequence[SlurmJob], free_gpus: int,
     return idle
 
 
-def impossible_reason(job: SlurmJob, biggest: int, total: int) -> str | None:
-    """Why no node of some (`biggest`: the most GPUs one has, `total`: theirs together) can
-    hold `job` (more GPUs per node than the largest, or more GPUs than all), else None."""
+def impossible_reason(job: SlurmJob, caps: Sequence[int]) -> str | None:
+    """Why no nodes of some (`caps`: the GPUs of each) can hold `job` (more GPUs per node than
+    the largest, more GPUs than all, or fewer nodes that hold its part than it asks for), else
+    None."""
+    biggest, total = max(caps), sum(caps)
     if job.gpus_per_node > biggest:
         return (f"impossible request: {job.gpus_per_node} GPUs per node, the largest node of "
                 f"the managed partitions has {biggest}")
     if job.gpus > total:
         return f"impossible request: {job.gpus} GPUs, the managed partitions have {total}"
-    return None
+    return too_few_nodes(job, caps, "the managed partitions have")

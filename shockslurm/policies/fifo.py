@@ -42,15 +42,17 @@ class Fifo:
             gang, left = job.gang_size, job.remaining_time_at_current_rate
             pinned = snapshot.pinned.get(job.job_id)    # released already: where it starts
             within = snapshot.allowed_nodes.get(job.job_id)
+            parts = snapshot.parts(job.job_id)
             if reservation is None:
-                got = now.take(gang, prefer=pinned, within=within)
+                got = now.take(gang, prefer=pinned, within=within, spread=parts)
                 if got is None:
-                    reservation = _reserve(snapshot, gang, within, where, ends)
+                    reservation = _reserve(snapshot, gang, within, parts, where, ends)
                     continue
             elif reservation.later is None or left <= reservation.start_at:
-                got = now.take(gang, prefer=pinned, within=within)  # gone before the head starts
+                # gone before the head starts
+                got = now.take(gang, prefer=pinned, within=within, spread=parts)
             else:
-                got = _take_in_both(now, reservation.later, gang, within)
+                got = _take_in_both(now, reservation.later, gang, within, parts)
             if got is not None:
                 where[job.job_id] = got
                 ends[job.job_id] = left
@@ -72,39 +74,42 @@ def _book_with(snapshot: Snapshot, running: list[JobView]
         else:
             unplaced.append(job_id)
     for job_id in unplaced:
-        got = book.take(gang[job_id], within=snapshot.allowed_nodes.get(job_id))
+        got = book.take(gang[job_id], within=snapshot.allowed_nodes.get(job_id),
+                        spread=snapshot.parts(job_id))
         if got is not None:
             where[job_id] = got
     return book, where
 
 
-def _reserve(snapshot: Snapshot, gang: int, within: Collection[str] | None,
+def _reserve(snapshot: Snapshot, gang: int, within: Collection[str] | None, parts: int,
              where: dict[int, NodeShares], ends: dict[int, float]) -> _Reservation:
     """The head's reservation: the planned jobs end in order of their remaining time until the
-    head's gang fits on nodes (of `within`, the nodes it may run on, when given); it takes them
-    then."""
+    head's gang fits on nodes (of `within`, the nodes it may run on, when given; in `parts`
+    equal parts on as many nodes, when above 1); it takes them then."""
     later = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
     for shares in where.values():
         later.take_at(shares)
     for job_id in sorted(where, key=lambda j: (ends[j], _gpus(where[j]), j)):
         later.release(where[job_id])
-        if later.can_take(gang, within):
-            later.take(gang, within=within)
+        if later.can_take(gang, within, parts):
+            later.take(gang, within=within, spread=parts)
             return _Reservation(ends[job_id], later)
     return _Reservation(float("inf"), None)
 
 
 def _take_in_both(now: NodeBook, later: NodeBook, gang: int,
-                  within: Collection[str] | None) -> NodeShares | None:
+                  within: Collection[str] | None, parts: int = 1) -> NodeShares | None:
     """A gang that runs past the head's start: on nodes (of `within` when given) with room now
     and beside the head then (best fit now; whole nodes, in both books, for a multi-node
-    gang)."""
-    whole = now.spans(gang, within)
-    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else gang)
+    gang; in `parts` equal parts, each on a node with room for it in both, when above 1)."""
+    whole = parts == 1 and now.spans(gang, within)
+    need = gang // parts
+    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else need)
             and (within is None or n.name in within)}
-    got = now.take(gang, within=room)
-    if got is not None:
-        later.take_at(got)
+    got = now.take(gang, within=room, spread=parts)
+    if got is not None and not later.take_at(got):
+        now.release(got)            # parts that fill their nodes need them whole then too
+        return None
     return got
 
 

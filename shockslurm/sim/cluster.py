@@ -61,6 +61,7 @@ from ..placement import moved_jobs
 from ..plan_on_nodes import fit_on_nodes, free_after, place_around, place_plan
 from ..policies import PolicySettings
 from .jobs import Run, SimJob
+from .job_nodes import limited_jobs, node_counts
 
 FULL_ROUND_SLACK_S = 5.0
 RESTART_OVERHEAD_S = 20.0       # the default time a job loses when it is restarted
@@ -103,6 +104,7 @@ class SimulatedCluster:
         if too_big:
             raise ValueError(f"jobs {too_big} need more GPUs than the cluster has ({self.gpus})")
         self._allowed = limited_jobs(self.jobs, self.nodes)
+        self._node_counts = node_counts(self.jobs, self.nodes, self._allowed)
         self.sim_jobs = {j.job_id: SimJob(j, adaptation=self.adaptation) for j in self.jobs}
         self._pending = sorted(self.jobs, key=lambda j: (j.arrival_s, j.job_id))
         self._active: dict[int, SimJob] = {}
@@ -132,9 +134,10 @@ class SimulatedCluster:
         views = tuple(self._view(j) for j in self._active.values())
         placements = {j: s for j, s in self._where.items() if j in self._active}
         allowed = {j: self._allowed[j] for j in self._active if j in self._allowed}
+        counts = {j: self._node_counts[j] for j in self._active if j in self._node_counts}
         return Snapshot(now=now, round_index=self._rounds_dispatched, round_s=self.round_s,
                         gpus=self.gpus, jobs=views, nodes=self.nodes, placements=placements,
-                        allowed_nodes=allowed)
+                        allowed_nodes=allowed, node_counts=counts)
 
     def enact(self, plan: RoundPlan, snapshot: Snapshot) -> None:
         now = snapshot.now
@@ -280,8 +283,8 @@ class SimulatedCluster:
                 if d.finish_s > spec.arrival_s:
                     for name, gpus in self._where.get(d.job_id, ()):
                         held[name] = held.get(name, 0) + gpus
-            if NodeBook(self.nodes, held).can_take(spec.gang_size,
-                                                   within=self._allowed.get(spec.job_id)):
+            if NodeBook(self.nodes, held).can_take(spec.gang_size, self._allowed.get(spec.job_id),
+                                                   spec.node_count):
                 return spec.arrival_s
         return None
 
@@ -354,37 +357,6 @@ class SimulatedCluster:
             profile_epoch_durations=profile.epoch_durations,
             exclusive_runtime_s=profile.exclusive_runtime_s, run_time_s=job.run_time_s,
             ran_last_round=s.job_id in self._previous, priority_weight=s.priority_weight)
-
-
-def limited_jobs(jobs: Sequence[JobSpec], nodes: Sequence[Node]) -> dict[int, frozenset[str]]:
-    """The jobs limited to some nodes (`JobSpec.allowed_nodes`), by id. A ValueError names a job
-    whose nodes the cluster lacks or cannot hold its gang, or any limited job on one pool."""
-    limited = {j.job_id: j for j in jobs if j.allowed_nodes is not None}
-    if not limited:
-        return {}
-    if [n.name for n in nodes] == ["pool"]:
-        raise ValueError(f"job {min(limited)} is limited to nodes, but the cluster is one pool "
-                         "of GPUs: give its nodes (--cluster)")
-    gpus = {n.name: n.gpus for n in nodes}
-    for job_id, job in sorted(limited.items()):
-        assert job.allowed_nodes is not None
-        unknown = sorted(job.allowed_nodes - set(gpus))
-        if unknown or not job.allowed_nodes:
-            raise ValueError(f"job {job_id} is limited to nodes the cluster does not have: "
-                             f"{_names(unknown) or 'none named'} (the cluster's: "
-                             f"{_names([n.name for n in nodes])})")
-        room = sum(gpus[n] for n in job.allowed_nodes)
-        if room < job.gang_size:
-            raise ValueError(f"job {job_id} needs {job.gang_size} GPUs, more than its nodes "
-                             f"hold ({room})")
-    # every node named is no limit (as the daemon reads it: NodeLimits.allowed)
-    return {j: frozenset(job.allowed_nodes or ()) for j, job in limited.items()
-            if len(job.allowed_nodes or ()) < len(gpus)}
-
-
-def _names(names: Sequence[str], shown: int = 5) -> str:
-    """The first `shown` names, comma-separated, "..." after them when there are more."""
-    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
 def _less(run: Run, exec_s: float, lost_s: float, throughput: Mapping[int, float]) -> Run:

@@ -134,6 +134,13 @@ class SlurmJob:
         return self.gpus_per_job or self.gpus_per_node * max(1, self.nodes)
 
     @property
+    def node_parts(self) -> int:
+        """The nodes its GPUs come in equal parts on: its node count for a job that asks for
+        GPUs per node (`-N 2 --gres=gpu:4`: 4 on each of 2 nodes), 1 for a one-node job and a
+        `--gpus` job (Slurm spreads those as it finds room)."""
+        return max(1, self.nodes) if self.gpus_per_node > 0 and not self.gpus_per_job else 1
+
+    @property
     def holds_gpus(self) -> bool:
         """Whether the job holds its GPUs now: RUNNING, SUSPENDED or COMPLETING, or in a state
         this version does not know (UNKNOWN) with nodes allocated (a future Slurm's state of a

@@ -14,8 +14,10 @@ built-in catalogue's), `throughput` (iterations/s of the whole gang per batch si
 catalogue's throughput model), `iterations` (at the first batch size; default whole epochs),
 `priority` (default 1), `nodes` (the names of the nodes the job may run on, e.g. `["node03",
 "node04"]`: the simulated cluster's `--cluster` names its nodes node01, node02, ...; `bench
-live`'s are the live partition's; default: any node). Blank lines and lines starting with `#`
-are ignored.
+live`'s are the live partition's; default: any node), `node_count` (the nodes the job asks for,
+its `gpus` split evenly over them, as Slurm's `-N 2 --gres=gpu:4` is 8 GPUs on two nodes; it must
+divide `gpus`; default 1: on one node when one holds the gang, else on whole nodes). Blank lines
+and lines starting with `#` are ignored.
 
 Every value is bounded (`shockslurm.limits`: each bound and its reason): `id` 0..2^53-1, `gpus`
 1..65536, `epochs` 1..10^6, batch sizes 1..2^24, `samples_per_epoch` 1..10^12, `arrival_s`
@@ -47,7 +49,7 @@ from .checks import check_epoch_seconds, check_exclusive, epoch_seconds, place, 
 
 REQUIRED = ("model", "gpus", "arrival_s", "epochs", "schedule")
 KNOWN = set(REQUIRED) | {"id", "mode", "dataset", "samples_per_epoch", "throughput", "iterations",
-                         "priority", "nodes"}
+                         "priority", "nodes", "node_count"}
 BATCH_KEY_RE = re.compile(r"[1-9][0-9]{0,8}")     # a batch size as a throughput key
 MAX_DATASET_CHARS = 128
 MAX_JOB_NODES = 100_000          # a node has a GPU, and a cluster at most 100,000 (model.py)
@@ -173,7 +175,17 @@ def parse_job(row: Any, *, index: int, source: str = "<jsonl>", line: int = 1) -
         priority_weight=limits.number(row.get("priority", 1.0), "priority", MIN_PRIORITY,
                                       MAX_PRIORITY, **where),
         total_iterations=iterations if "iterations" in row else None,
-        allowed_nodes=_node_names(row["nodes"], where) if "nodes" in row else None)
+        allowed_nodes=_node_names(row["nodes"], where) if "nodes" in row else None,
+        node_count=_node_count(row.get("node_count", 1), gpus, where))
+
+
+def _node_count(raw: Any, gpus: int, where: dict) -> int:
+    """`node_count`: 1..`gpus` nodes that split the job's GPUs evenly."""
+    count = limits.integer(raw, "node_count", 1, min(gpus, MAX_JOB_NODES), **where)
+    if gpus % count:
+        raise InputError(f"{gpus} GPUs do not split evenly over {count} nodes",
+                         field="node_count", **where)
+    return count
 
 
 def read_jobs(path: str | Path) -> list[JobSpec]:
@@ -217,6 +229,8 @@ def job_to_row(job: JobSpec) -> dict[str, Any]:
         row["priority"] = job.priority_weight
     if job.allowed_nodes is not None:
         row["nodes"] = sorted(job.allowed_nodes)
+    if job.node_count != 1:
+        row["node_count"] = job.node_count
     return row
 
 

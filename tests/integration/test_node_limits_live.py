@@ -68,3 +68,39 @@ def test_limited_jobs_are_planned_pinned_and_started_on_nodes_they_may_use(tmp_p
         if ours:
             subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)
         _set_features("gpu04", "")
+
+
+def test_a_multi_node_job_is_planned_pinned_and_started_in_its_parts(tmp_path: Path,
+                                                                     slurm_cluster):
+    """`-N2 --gres=gpu:4` is 4 GPUs on each of two nodes (`Snapshot.node_counts`). With two
+    8-GPU jobs and two 4-GPU jobs beside it the 32 GPUs fit only as its parts: the plan puts it
+    on gpu01 and gpu02, a 4-GPU job beside each part and the 8-GPU jobs on gpu03 and gpu04; the
+    daemon pins it to both nodes and every job starts where the plan put it. (Counted as one gang
+    of 8 it was planned on one node and released unpinned.)"""
+    assert slurm_cluster.gpus_per_node == 8 and slurm_cluster.nodes == 4
+    ours: list[int] = []
+    backend = StampedBackend()
+    try:
+        spread = _sbatch(tmp_path, "--nodes=2", "--gres=gpu:4")
+        whole = [_sbatch(tmp_path, "--gres=gpu:8") for _ in range(2)]
+        half = [_sbatch(tmp_path, "--gres=gpu:4") for _ in range(2)]
+        ours += [spread, *whole, *half]
+        cluster = SlurmCluster(backend, partitions=("gpu",), grace_seconds=5, round_s=20,
+                               churn=ChurnLimits(0, 0, 0, 0),
+                               job_filter=lambda j: j.job_id in ours)
+        snap = cluster.observe(time.time())
+        assert snap.node_counts == {spread: 2}
+        plan = place_plan(RoundPlan(frozenset(ours)), snap)
+        assert plan.run == frozenset(ours)
+        assert plan.placement[spread] == (("gpu01", 4), ("gpu02", 4))
+        cluster.enact(plan, snap)
+        updates = {s.argv for s in cluster.last_stats.steps if s.action == "update"}
+        assert ("scontrol", "update", f"JobId={spread}", "ReqNodeList=gpu01,gpu02") in updates
+        running = _wait(backend, set(ours), JobState.RUNNING)
+        assert running[spread].node_list == "gpu[01-02]"
+        for job_id in ours:
+            names = tuple(n for n, _ in plan.placement[job_id])
+            assert running[job_id].node_list in (",".join(names), "gpu[01-02]"), job_id
+    finally:
+        if ours:
+            subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)

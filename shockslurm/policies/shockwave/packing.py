@@ -38,9 +38,11 @@ from ...node_book import NodeBook, NodeSets
 
 def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], gpus: int,
          horizon: int, nodes: Sequence[Node] = (), reserved: Mapping[str, int] | None = None,
-         allowed: Mapping[int, frozenset[str]] | None = None) -> list[list[int]]:
+         allowed: Mapping[int, frozenset[str]] | None = None,
+         node_counts: Mapping[int, int] | None = None) -> list[list[int]]:
     """The window's rounds, each the jobs it holds (module docstring)."""
-    layout = _Layout.of(order, rounds, gang, _Room.of(nodes, gpus, reserved, allowed), horizon)
+    layout = _Layout.of(order, rounds, gang,
+                        _Room.of(nodes, gpus, reserved, allowed, node_counts), horizon)
     whole = layout.lay(len(layout.jobs))
     if not whole.lost or layout.lay(0).lost:
         return whole.plan
@@ -57,12 +59,14 @@ def pack(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int], g
 def priority_layout(order: list[int], rounds: Mapping[int, int], gang: Mapping[int, int],
                     gpus: int, horizon: int, nodes: Sequence[Node] = (),
                     reserved: Mapping[str, int] | None = None,
-                    allowed: Mapping[int, frozenset[str]] | None = None
+                    allowed: Mapping[int, frozenset[str]] | None = None,
+                    node_counts: Mapping[int, int] | None = None
                     ) -> tuple[list[list[int]], dict[int, int]]:
     """The window laid out by the priority rule alone, and the rounds each job of `order` gets
     there (at most `rounds[j]`; fewer where its gang finds too few rounds with room). Where
     every job gets all its rounds, this is the plan `pack` returns."""
-    layout = _Layout.of(order, rounds, gang, _Room.of(nodes, gpus, reserved, allowed), horizon)
+    layout = _Layout.of(order, rounds, gang,
+                        _Room.of(nodes, gpus, reserved, allowed, node_counts), horizon)
     plan = layout.lay(len(layout.jobs)).plan
     got = Counter(j for r in plan for j in r)
     return plan, {j: got[j] for j in order}
@@ -70,23 +74,33 @@ def priority_layout(order: list[int], rounds: Mapping[int, int], gang: Mapping[i
 
 @dataclass(frozen=True)
 class _Room:
-    """A round's room: its nodes, the GPUs others hold there, the nodes each job may run on."""
+    """A round's room: its nodes, the GPUs others hold there, the nodes each job may run on and
+    the nodes it asks for (`node_counts`)."""
 
     nodes: Sequence[Node]
     reserved: Mapping[str, int]
     allowed: Mapping[int, frozenset[str]]
+    node_counts: Mapping[int, int] = field(default_factory=dict)
     sets: NodeSets = field(default_factory=dict)     # each job's node set, read once
 
     @classmethod
     def of(cls, nodes: Sequence[Node], gpus: int, reserved: Mapping[str, int] | None,
-           allowed: Mapping[int, frozenset[str]] | None) -> _Room:
+           allowed: Mapping[int, frozenset[str]] | None,
+           node_counts: Mapping[int, int] | None = None) -> _Room:
         """The nodes with what others hold; one pool of `gpus` (all of them free) without."""
         if not nodes:
             return cls(pool(gpus), {}, {})
-        return cls(nodes, dict(reserved or {}), dict(allowed or {}))
+        return cls(nodes, dict(reserved or {}), dict(allowed or {}), dict(node_counts or {}))
 
     def book(self) -> NodeBook:
         return NodeBook(self.nodes, self.reserved, self.sets)
+
+    def fits(self, book: NodeBook, j: int, gang: int) -> bool:
+        """Whether job `j`'s gang can still be placed in the round of `book`."""
+        return book.can_take(gang, self.allowed.get(j), self.node_counts.get(j, 1))
+
+    def take(self, book: NodeBook, j: int, gang: int) -> None:
+        book.take(gang, within=self.allowed.get(j), spread=self.node_counts.get(j, 1))
 
 
 @dataclass(frozen=True)
@@ -118,34 +132,33 @@ class _Layout:
         plan: list[list[int]] = [[] for _ in range(self.horizon)]
         lost = 0
         for j in self.jobs[:head]:
-            within = self.room.allowed.get(j)
-            lost += self._take(j, _in_order(books, self.gang[j], self.want[j], within), books,
-                               plan)
+            lost += self._take(j, _in_order(self._fitting(books, j), self.want[j]), books, plan)
         rest = sorted(range(head, len(self.jobs)),
                       key=lambda i: (-self.gang[self.jobs[i]], -self.want[self.jobs[i]], i))
         for i in rest:
             j = self.jobs[i]
-            within = self.room.allowed.get(j)
-            lost += self._take(j, _roomiest(books, self.gang[j], self.want[j], within), books,
-                               plan)
+            lost += self._take(j, _roomiest(books, self._fitting(books, j), self.want[j]),
+                               books, plan)
         return _Trial(plan, lost)
+
+    def _fitting(self, books: Sequence[NodeBook], j: int) -> np.ndarray:
+        """Which rounds can still take job `j`'s gang (a bool per round)."""
+        return np.fromiter((self.room.fits(b, j, self.gang[j]) for b in books), dtype=bool,
+                           count=len(books))
 
     def _take(self, j: int, slots: Sequence[int], books: list[NodeBook],
               plan: list[list[int]]) -> int:
         """Lay job `j` on `slots`; the GPU-rounds it lost."""
         for t in slots:
-            books[t].take(self.gang[j], within=self.room.allowed.get(j))
+            self.room.take(books[t], j, self.gang[j])
             plan[t].append(j)
         return (self.want[j] - len(slots)) * self.gang[j]
 
 
-def _in_order(books: Sequence[NodeBook], gang: int, n: int,
-              within: frozenset[str] | None = None) -> list[int]:
-    """The earliest block of `n` consecutive rounds that can take the gang (on the nodes of
-    `within` when given), else the earliest rounds that can (fewer than `n` when fewer have
-    room)."""
-    horizon = len(books)
-    ok = np.fromiter((b.can_take(gang, within) for b in books), dtype=bool, count=horizon)
+def _in_order(ok: np.ndarray, n: int) -> list[int]:
+    """The earliest block of `n` consecutive rounds that can take the gang (`ok`: per round),
+    else the earliest rounds that can (fewer than `n` when fewer have room)."""
+    horizon = len(ok)
     if n < horizon:
         c = np.concatenate([[0], np.cumsum(ok)])
         full = np.flatnonzero(c[n:] - c[:-n] == n)
@@ -154,9 +167,8 @@ def _in_order(books: Sequence[NodeBook], gang: int, n: int,
     return [int(t) for t in np.flatnonzero(ok)[:n]]
 
 
-def _roomiest(books: Sequence[NodeBook], gang: int, n: int,
-              within: frozenset[str] | None = None) -> list[int]:
-    """The `n` rounds with the most free GPUs that can take the gang (on the nodes of `within`
-    when given; ties: the earliest), in round order; fewer when fewer have room."""
-    fits = [t for t, b in enumerate(books) if b.can_take(gang, within)]
+def _roomiest(books: Sequence[NodeBook], ok: np.ndarray, n: int) -> list[int]:
+    """The `n` rounds with the most free GPUs that can take the gang (`ok`: per round; ties:
+    the earliest), in round order; fewer when fewer have room."""
+    fits = [int(t) for t in np.flatnonzero(ok)]
     return sorted(sorted(fits, key=lambda t: (-books[t].free_gpus, t))[:n])

@@ -274,7 +274,8 @@ class Shockwave:
             # priority layout cannot hold what it chose, solve again with each job capped at the
             # rounds that layout gives it, so that the plan is what runs (module docstring).
             laid, fits = priority_layout([ids[i] for i in order], rounds, gangs, snap.gpus, T,
-                                         snap.nodes, snap.reserved, snap.allowed_nodes)
+                                         snap.nodes, snap.reserved, snap.allowed_nodes,
+                                         snap.node_counts)
             cap = np.array([fits[j] for j in ids], dtype=float)
             cut = int(exact_dot(gang, chosen - cap))
             packing["uncapped_gpu_rounds"] = int(exact_dot(gang, chosen))
@@ -290,7 +291,7 @@ class Shockwave:
             # order as it can and spreads the tail.
             self.plan = (laid if cut == 0 else
                          pack([ids[i] for i in order], rounds, gangs, snap.gpus, T,
-                              snap.nodes, snap.reserved, snap.allowed_nodes))
+                              snap.nodes, snap.reserved, snap.allowed_nodes, snap.node_counts))
             self.plan_round = snap.round_index
             placed = np.zeros(N)
             index = {j: i for i, j in enumerate(ids)}
@@ -342,8 +343,8 @@ class Shockwave:
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
                             key=key)
             for j in others:
-                if book.take(gang[j], prefer=snap.home(j),
-                             within=snap.allowed_nodes.get(j)) is not None:
+                if book.take(gang[j], prefer=snap.home(j), within=snap.allowed_nodes.get(j),
+                             spread=snap.parts(j)) is not None:
                     run.append(j)
                 if book.free_gpus <= 0:
                     break
