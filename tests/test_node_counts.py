@@ -20,7 +20,6 @@ from shockslurm.errors import InputError
 from shockslurm.live import enact as en
 from shockslurm.live.events import arrivals_that_fit
 from shockslurm.live.layout import read_layout
-from shockslurm.livebench.arms import ArmSettings, native_argv, shocksub_argv
 from shockslurm.model import Node, RoundPlan, parse_cluster_shape
 from shockslurm.node_book import NodeBook
 from shockslurm.placement import place
@@ -202,14 +201,16 @@ def test_every_policy_runs_jobs_in_the_parts_they_ask_for(monkeypatch, policy, l
     assert len(result.outcomes) == len(jobs)
 
 
-def test_bench_live_submits_the_parts_as_nodes_and_gpus_per_node(tmp_path):
-    spec = parse_job({**ROW, "node_count": 2}, index=0)
-    settings = ArmSettings(workdir=tmp_path)
-    native = native_argv(spec, "j0", settings, tmp_path, ["true"])
-    assert "--nodes=2" in native and "--gres=gpu:4" in native
-    managed = shocksub_argv(spec, "j0", settings, tmp_path, ["true"])
-    at = managed.index("--gpus")
-    assert managed[at:at + 4] == ["--gpus", "4", "--nodes", "2"]
+def test_bench_live_refuses_a_multi_node_job_its_stand_in_cannot_run(tmp_path):
+    from click.testing import CliRunner
+
+    from shockslurm.cli.main import cli
+    trace = tmp_path / "w.jsonl"
+    trace.write_text(json.dumps({**ROW, "node_count": 2}) + "\n")
+    result = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4x8",
+                                      "--workload", str(trace), "--arms", "fifo"])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "job 0 asks for 8 GPUs on 2 node(s)" in result.output
 
 
 # ---------------------------------------------------------------- the live cluster

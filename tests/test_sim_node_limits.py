@@ -156,8 +156,8 @@ def test_bench_live_refuses_a_job_no_node_of_its_own_holds(tmp_path: Path):
     result = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster",
                                       "2x4,1x8", "--workload", str(trace), "--arms", "fifo"])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
-    assert ("job 0 asks for 6 GPUs, more than any node it may run on has (4): bench live "
-            "submits a job on one node unless it gives node_count") in result.output
+    assert ("job 0 asks for 6 GPUs on 1 node(s), and the largest node it may run on has 4: "
+            "bench live's stand-in is one process, submitted on one node") in result.output
     assert CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "2x4",
                                     "--workload", str(trace), "--arms", "fifo"]).exit_code == 1
 

@@ -228,11 +228,12 @@ def _cluster_and_workload(partition: str, shape: str | None, workload_path: Path
     for job in jobs:
         may = limited.get(job.job_id, everywhere)
         most = max(n.gpus for n in nodes if n.name in may)
-        if job.gang_size // job.node_count > most:
+        if job.gang_size > most or job.node_count > 1:
             raise click.ClickException(
-                f"{workload_path}: job {job.job_id} asks for {job.gang_size} GPUs, more than "
-                f"any node it may run on has ({most}): bench live submits a job on one node "
-                "unless it gives node_count")
+                f"{workload_path}: job {job.job_id} asks for {job.gang_size} GPUs on "
+                f"{job.node_count} node(s), and the largest node it may run on has {most}: "
+                "bench live's stand-in is one process, submitted on one node (simulate runs "
+                "multi-node jobs)")
     return nodes, jobs
 
 
