@@ -122,3 +122,16 @@ def test_an_epochs_partial_last_batch_is_no_batch_size_change(tmp_path: Path):
     done = [r for r in sink.items if r["kind"] == "epoch_done"]
     assert len(done) == 2 and all(r["batch_size"] == 8 for r in done), done
     assert all(r["batch_size"] == 8 for r in sink.items if r["kind"] == "throughput")
+
+
+@pytest.mark.parametrize("bad, says", [
+    ({"every_steps": 0}, "ShockwaveCallback: every_steps must be a whole number >= 1 or None"),
+    ({"every_seconds": -1.0}, "ShockwaveCallback: every_seconds must be a finite number"),
+    ({"keep": 0}, "ShockwaveCallback: keep must be a whole number >= 1"),
+    ({"report_interval_s": float("nan")}, "ShockwaveCallback: report_interval_s must be"),
+])
+def test_a_bad_argument_is_refused_when_the_callback_is_made(tmp_path: Path, bad, says):
+    """Before: `every_steps=0` raised ZeroDivisionError at the first training step."""
+    with pytest.raises(ValueError) as err:
+        ShockwaveCallback(tmp_path / "ckpt", **bad)
+    assert str(err.value).startswith(says)

@@ -111,3 +111,27 @@ def test_fsdp_two_ranks_sharded_round_trip_is_exact(tmp_path: Path):
     assert got["kept"] == ["dcp-000000000005", "dcp-000000000008"], got["kept"]
     assert got["at8"], "the restored model differs from the saved one"
     assert got["model"] and got["optim"], got       # resumed from 5: bit-identical at 8
+
+
+def test_a_same_step_save_never_leaves_that_step_without_a_checkpoint(tmp_path: Path):
+    """Saving a step already on disk renames the old directory aside before the new one goes
+    in, and removes it after. A kill between the two renames (simulated: the old one aside,
+    nothing in its place) loses nothing: the next load puts it back. Before, the old directory
+    was deleted first, and with keep=1 no checkpoint was left at all."""
+    import warnings
+
+    from shockslurm.train.sharded import ShardedCheckpointManager
+
+    warnings.filterwarnings("ignore", category=UserWarning)     # DCP without a process group
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mgr = ShardedCheckpointManager(tmp_path, keep=1)
+    mgr.save(model, opt, 5, extras={"run": 1})
+    mgr.save(model, opt, 5, extras={"run": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dcp-000000000005"]
+    aside = tmp_path / ".dcp-000000000005.old"
+    (tmp_path / "dcp-000000000005").rename(aside)             # killed between the renames
+    fresh = ShardedCheckpointManager(tmp_path, keep=1)
+    found = fresh.load_latest(torch.nn.Linear(3, 2), None)
+    assert found is not None and found[1] == 5 and fresh.extras == {"run": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dcp-000000000005"]

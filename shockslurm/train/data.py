@@ -23,6 +23,7 @@ seeds, so it resumes exactly only when it is seeded per sample (e.g. from the in
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Iterator, Sized
 
 import torch
@@ -92,3 +93,34 @@ def resumable_sampler(loader: Any) -> ResumableSampler | None:
         if isinstance(candidate, ResumableSampler):
             return candidate
     return None
+
+
+class SamplerSeeds:
+    """The samplers a trainer or callback made (`sampler()`), so that the seed a resume takes
+    from its checkpoint reaches them too: a DataLoader built before the checkpoint is loaded
+    (always so with Lightning) kept the seed its sampler was made with, and the resumed run
+    trained on another order than the interrupted one."""
+
+    def __init__(self) -> None:
+        self._made: weakref.WeakSet[ResumableSampler] = weakref.WeakSet()
+
+    def made(self, sampler: ResumableSampler) -> ResumableSampler:
+        """`sampler`, remembered (weakly) for `reseed`."""
+        self._made.add(sampler)
+        return sampler
+
+    def reseed(self, seed: int) -> None:
+        """Give every sampler made so far the data-order seed `seed`."""
+        for sampler in self._made:
+            sampler.seed = int(seed)
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor (0: not found)."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return batch_len(next(iter(batch.values())))
+    return 0

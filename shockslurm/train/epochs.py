@@ -9,14 +9,15 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
 from . import _env
-from .data import ResumableSampler, epoch_generator, permutation, resumable_sampler
+from .data import (ResumableSampler, SamplerSeeds, epoch_generator, permutation,
+                   resumable_sampler)
 from .reports import Reporter
+from .window import ThroughputWindow
 
 log = logging.getLogger("shockslurm.train")
 
@@ -65,6 +66,16 @@ def fetch(dataset: Any, indices: torch.Tensor) -> Any:
     return torch.utils.data.default_collate(items)
 
 
+def _samples_left(sampler: Any, dropped: int) -> int | None:
+    """This rank's samples left in the epoch once `dropped` are loaded and dropped (a
+    `ResumableSampler` counts from where it starts); None when the sampler has no length (an
+    IterableDataset)."""
+    try:
+        return max(0, len(sampler) - dropped)
+    except TypeError:
+        return None
+
+
 def _length(dataset: Any) -> int:
     if isinstance(dataset, (tuple, list)) and dataset and all(
             isinstance(t, torch.Tensor) for t in dataset):
@@ -88,8 +99,8 @@ class EpochLoops:
     checkpoint_epochs: bool
     _resume_pending: bool
     _last_batch_len: int
-    _window_start: float
-    _window_samples: int
+    _window: ThroughputWindow       # samples/s over training time (`window`)
+    _samplers: SamplerSeeds         # the samplers `sampler()` made
     _batch_position: int | None     # batches of the epoch taken from our loops (None: none)
     _pending_samples: int           # their samples not yet counted by a step
 
@@ -133,7 +144,7 @@ class EpochLoops:
             self.epoch, self.step_in_epoch, self.batch_size = epoch, start, size
             self._batch_position = None
             self.steps_per_epoch = math.ceil(n / size)
-            self._window_start, self._window_samples = time.perf_counter(), 0
+            self._window.idle()                   # the loop's own code since the last step
             yield epoch, size, self._batches(dataset, n, size, start, shuffle)
             if self.stopped:
                 return
@@ -156,6 +167,7 @@ class EpochLoops:
     def _note_batch_size(self, epoch: int, size: int) -> None:
         """Report a batch size that differs from the previous epoch's."""
         if self.batch_size is not None and size != self.batch_size:
+            self._window.reset()                  # a rate is of one batch size
             change = {"step": self.global_step, "epoch": epoch, "old": int(self.batch_size),
                       "new": size}
             self.batch_size_changes.append(change)
@@ -170,10 +182,10 @@ class EpochLoops:
         """A sampler for your DataLoader that `batches()` resumes exactly (see `data`): the
         trainer's seed, sharded over the ranks (torch.distributed / RANK, WORLD_SIZE) unless
         told otherwise."""
-        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
-                                num_replicas=_env.world_size() if num_replicas is None
-                                else num_replicas,
-                                rank=_env.rank() if rank is None else rank)
+        return self._samplers.made(ResumableSampler(
+            data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+            num_replicas=_env.world_size() if num_replicas is None else num_replicas,
+            rank=_env.rank() if rank is None else rank))
 
     def epoch_range(self, num_epochs: int) -> Iterator[int]:
         """The epochs from the current position on (for loops over your own DataLoader). After
@@ -204,7 +216,8 @@ class EpochLoops:
                              "(one DataLoader per batch size of your schedule)")
         sampler = resumable_sampler(loader)
         inner: Any = sampler if sampler is not None else getattr(loader, "sampler", None)
-        size = per_rank * int(getattr(inner, "num_replicas", 1))
+        replicas = int(getattr(inner, "num_replicas", 1))
+        size = per_rank * replicas
         resuming = self._resume_pending and self.step_in_epoch > 0
         self._resume_pending = False
         if resuming and self.batch_size not in (None, size):
@@ -236,7 +249,8 @@ class EpochLoops:
             self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
         except TypeError:                         # an IterableDataset without __len__
             self.steps_per_epoch = 0
-        self._window_start, self._window_samples = time.perf_counter(), 0
+        left = _samples_left(inner, skip * per_rank)
+        self._window.idle()                       # the loop's own code since the last step
         self._batch_position = None
         step = self.step_in_epoch
         for i, batch in enumerate(loader):
@@ -244,7 +258,9 @@ class EpochLoops:
                 continue
             if self.stopped:
                 return
-            self._took_batch(step, size)
+            taken = per_rank if left is None else min(per_rank, left)   # the last may be short
+            left = None if left is None else left - taken
+            self._took_batch(step, taken * replicas)
             yield step, batch
             step += 1
 

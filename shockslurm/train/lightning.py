@@ -43,22 +43,24 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from . import _env
+from .checked import seconds_arg, whole_arg
 from .checkpoint import CheckpointManager, CorruptCheckpoint
 from .saves import SaveRecord, agree_on_resume
-from .data import ResumableSampler, resumable_sampler
+from .data import ResumableSampler, SamplerSeeds, batch_len, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 from .state import rng_state, set_rng_state
+from .window import ThroughputWindow
 
 log = logging.getLogger("shockslurm.train")
 
 __all__ = ["ShockwaveCallback"]
 
 STATE_KEY = "shockslurm"
+WHO = "ShockwaveCallback"      # names the bad argument's owner in its ValueError
 
 
 class ShockwaveCallback(pl.Callback):
@@ -68,13 +70,15 @@ class ShockwaveCallback(pl.Callback):
                  every_seconds: float | None = 600.0, keep: int = 3, seed: int = 0,
                  exit_on_stop: bool = True, resume: bool = True, report_interval_s: float = 10.0,
                  reporter: Reporter | None = None, lease: Lease | None = None) -> None:
-        self.ckpt = CheckpointManager(ckpt_dir, keep=keep)
+        self.ckpt = CheckpointManager(ckpt_dir, keep=whole_arg(WHO, "keep", keep))
         self.saves = SaveRecord(self.ckpt)
         if self.ckpt.is_writer:
             self.ckpt.check_writable()  # before training: a job that cannot checkpoint loses work
-        self.every_steps, self.every_seconds = every_steps, every_seconds
-        self.seed, self.exit_on_stop, self.resume_enabled = seed, exit_on_stop, resume
-        self.report_interval_s = report_interval_s
+        self.every_steps = whole_arg(WHO, "every_steps", every_steps, optional=True)
+        self.every_seconds = seconds_arg(WHO, "every_seconds", every_seconds, optional=True)
+        self.seed = whole_arg(WHO, "seed", seed, least=None)
+        self.exit_on_stop, self.resume_enabled = exit_on_stop, resume
+        self.report_interval_s = seconds_arg(WHO, "report_interval_s", report_interval_s)
         self.reporter = reporter if reporter is not None else reporter_from_env(
             min_interval_s=report_interval_s)
         self.lease = lease if lease is not None else Lease()
@@ -85,9 +89,11 @@ class ShockwaveCallback(pl.Callback):
         self._skip = 0                               # batches of the epoch already trained on
         self._last_save_step = -1
         self._last_save_time = time.monotonic()
-        self._window = (time.perf_counter(), 0)
+        self._window = ThroughputWindow(report_interval_s)   # samples/s over training time
         self._batch_size = 0
         self._save_due = False
+        self._seen_step = 0                          # global step at the last batch's end
+        self._samplers = SamplerSeeds()
 
     @property
     def should_stop(self) -> bool:
@@ -98,8 +104,9 @@ class ShockwaveCallback(pl.Callback):
 
     def sampler(self, data: Any, *, shuffle: bool = True, drop_last: bool = False) -> ResumableSampler:
         """The DataLoader sampler this callback resumes mid-epoch (seeded, sharded by rank)."""
-        return ResumableSampler(data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
-                                num_replicas=_env.world_size(), rank=_env.rank())
+        return self._samplers.made(ResumableSampler(
+            data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
+            num_replicas=_env.world_size(), rank=_env.rank()))
 
     # ------------------------------------------------------------------ setup and resume
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -136,7 +143,16 @@ class ShockwaveCallback(pl.Callback):
         mine = checkpoint.get(STATE_KEY) or {}
         self._rng = mine.get("rng")
         self._skip = int(mine.get("batches_in_epoch", 0))
-        self.seed = int(mine.get("seed", self.seed))
+        self._take_seed(int(mine.get("seed", self.seed)))
+
+    def _take_seed(self, seed: int) -> None:
+        """The checkpoint's data-order seed, for this callback and the samplers it made
+        already (the DataLoader is built before `fit` loads the checkpoint)."""
+        if seed != self.seed:
+            log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
+                        "checkpoint's", seed, self.seed)
+        self.seed = seed
+        self._samplers.reseed(seed)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning registered its own SIGUSR1/SIGTERM handlers just before: take them back.
@@ -147,7 +163,8 @@ class ShockwaveCallback(pl.Callback):
             set_rng_state(self._rng)
             self._rng = None
         self._last_save_step = trainer.global_step if self.resumed_from else -1
-        self._window = (time.perf_counter(), 0)
+        self._seen_step = trainer.global_step
+        self._window.reset()
 
     def _skip_done(self, trainer: pl.Trainer) -> None:
         """Continue an interrupted epoch after the batches already trained on (its iterator was
@@ -176,6 +193,10 @@ class ShockwaveCallback(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         self._report(trainer, batch)
+        if not self._stepped(trainer):
+            # Gradients accumulated (accumulate_grad_batches > 1): they are in no checkpoint,
+            # and a resume starts after this batch. Save and stop after the optimizer step.
+            return
         step = trainer.global_step
         step_due = self.every_steps is not None and step % self.every_steps == 0
         time_due = (self.every_seconds is not None
@@ -196,39 +217,46 @@ class ShockwaveCallback(pl.Callback):
             log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
                         self.lease.reason or "stop requested", self.saves.stop_outcome(step))
 
+    def _stepped(self, trainer: pl.Trainer) -> bool:
+        """Whether the optimizer stepped in the batch just trained (each batch, or the last of
+        each `accumulate_grad_batches`): the global step moved since the previous batch."""
+        stepped = trainer.global_step != self._seen_step
+        self._seen_step = trainer.global_step
+        return stepped
+
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._save_due:
             self.save(trainer)
 
     def _report(self, trainer: pl.Trainer, batch: Any) -> None:
-        size = _batch_len(batch) * _env.world_size()
+        size = batch_len(batch) * _env.world_size()
         # an epoch's partial last batch (100 samples in batches of 32: 32, 32, 32, 4) is no
         # change of batch size
         partial = size < self._batch_size and _is_last_batch(trainer)
         if size != self._batch_size and self._batch_size and not partial:
             self.reporter.batch_size_change(self._batch_size, size, epoch=trainer.current_epoch,
                                             step=trainer.global_step)
+            self._window.reset()                 # a rate is of one batch size
         if not partial:
             self._batch_size = size
-        start, samples = self._window
-        samples += size
-        elapsed = time.perf_counter() - start
-        if elapsed >= self.report_interval_s:
-            self.reporter.throughput(samples / elapsed, self._batch_size,
-                                     epoch=trainer.current_epoch,
+        rate = self._window.add(size)
+        if rate is not None:
+            self.reporter.throughput(rate, self._batch_size, epoch=trainer.current_epoch,
                                      epochs=trainer.max_epochs, step=trainer.global_step)
-            start, samples = time.perf_counter(), 0
-        self._window = (start, samples)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.reporter.epoch_done(trainer.current_epoch, trainer.global_step,
                                  batch_size=self._batch_size, epochs=trainer.max_epochs)
 
     def save(self, trainer: pl.Trainer) -> Path | None:
-        """Checkpoint now (collective: every rank calls it; rank 0 writes)."""
+        """Checkpoint now (collective: every rank calls it; rank 0 writes, the others wait in
+        a barrier bounded by the process group's timeout, as `ShockTrainer.save` says). Its time
+        is left out of the throughput reported."""
         step = trainer.global_step
         if step == self._last_save_step:
+            self._save_due = False           # this step's checkpoint is written already
             return None
+        began = time.perf_counter()
         state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         path, ok = self.saves.save(state, step)
         trainer.strategy.barrier("shockslurm-checkpoint")
@@ -236,6 +264,7 @@ class ShockwaveCallback(pl.Callback):
         self._save_due = False
         if self.ckpt.is_writer:
             self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, ok)
+        self._window.exclude(time.perf_counter() - began)
         return path
 
     # ------------------------------------------------------------------ the end
@@ -255,17 +284,6 @@ def _check_lightning(state: dict[str, Any], name: str) -> None:
     if missing:
         raise CorruptCheckpoint(f"{name}: not a checkpoint of this callback (no "
                                 f"{', '.join(missing)})")
-
-
-def _batch_len(batch: Any) -> int:
-    """Samples in a batch: the first dimension of its first tensor."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_len(batch[0])
-    if isinstance(batch, dict) and batch:
-        return _batch_len(next(iter(batch.values())))
-    return 0
 
 
 def _is_last_batch(trainer: Any) -> bool:

@@ -10,7 +10,8 @@ Layout (per checkpoint, in the checkpoint directory):
 Writing (`save`, collective: every rank calls it): DCP writes into a dot-named temporary
 directory; rank 0 then checksums every file into the manifest (written last, fsynced), fsyncs the
 files and renames the directory onto its name, so a checkpoint directory either is whole with its
-manifest or does not exist; then all but the newest `keep` are deleted (`checkpoint.rotate`:
+manifest or does not exist (a checkpoint of the same step already there is renamed aside first and
+removed after, `_swap_in`, never deleted before its replacement is in place); then all but the newest `keep` are deleted (`checkpoint.rotate`:
 those of later steps than the one written go to `superseded/`). Reading (`load_latest`,
 collective): rank 0 checks the newest directories' manifests (a missing, wrong or incomplete one
 is logged and the next older one tried) and tells every rank which one to load; each rank loads
@@ -42,6 +43,7 @@ log = logging.getLogger("shockslurm.train")
 MANIFEST = "MANIFEST.sha256"
 RANK0_FILE = "rng.pt"       # rank 0's own: every rank's RNG states and the extras
 _NAME_RE = re.compile(r"^dcp-(\d{12})$")
+_ASIDE_RE = re.compile(r"^\.(dcp-\d{12})\.old$")      # a same-step save's predecessor
 
 
 def _rank() -> int:
@@ -115,7 +117,9 @@ class ShardedCheckpointManager:
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
              extras: dict[str, Any] | None = None) -> Path:
-        """Checkpoint (collective); returns the checkpoint's directory."""
+        """Checkpoint (collective); returns the checkpoint's directory. Rank 0 checksums every
+        rank's files while the others wait in a barrier, which fails after the process group's
+        timeout (NCCL's default: 10 minutes): a large checkpoint needs a longer one."""
         import torch.distributed.checkpoint as dcp
 
         final = self.path_for(step)
@@ -123,6 +127,7 @@ class ShardedCheckpointManager:
         if _rank() == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
+            _recover_replaced(self.directory)
         _barrier()
         state = _state(model, optimizer)
         state["meta"] = {"step": int(step)}
@@ -132,9 +137,7 @@ class ShardedCheckpointManager:
         if _rank() == 0:
             torch.save({"rng_ranks": rngs, "extras": dict(extras or {})}, tmp / RANK0_FILE)
             write_manifest(tmp)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            fsync_dir(self.directory)
+            _swap_in(tmp, final)
             for old in rotate(self.directory, self.checkpoints(), step, self.keep):
                 shutil.rmtree(old, ignore_errors=True)
         _barrier()
@@ -142,6 +145,8 @@ class ShardedCheckpointManager:
 
     def _choose(self) -> Path | None:
         """Rank 0: the newest checkpoint whose manifest checks out."""
+        if self.directory.is_dir():
+            _recover_replaced(self.directory)
         for _, path in reversed(self.checkpoints()):
             problem = check_manifest(path)
             if problem is None:
@@ -176,6 +181,41 @@ class ShardedCheckpointManager:
         if len(rngs) > _rank():
             set_rng_state(rngs[_rank()])
         return path, int(state["meta"]["step"])
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Rename the written `tmp` onto `final`. A checkpoint of the same step already there is
+    first renamed aside (`.dcp-<step>.old`, removed once the new one is in place), never
+    deleted before: a kill between the renames leaves it aside, whole, and the next save or
+    load puts it back (`_recover_replaced`), so that step always has a checkpoint."""
+    aside = _aside(final)
+    if final.exists():
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _aside(final: Path) -> Path:
+    return final.with_name(f".{final.name}.old")
+
+
+def _recover_replaced(directory: Path) -> None:
+    """Put back each checkpoint a save renamed aside and never replaced (killed between its
+    two renames); drop those whose replacement is in place."""
+    for entry in os.scandir(directory):
+        m = _ASIDE_RE.match(entry.name)
+        if m is None or not entry.is_dir():
+            continue
+        final = directory / m.group(1)
+        if final.exists():
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.replace(entry.path, final)
+            fsync_dir(directory)
+            log.warning("shockslurm.train: restored checkpoint %s, set aside by a save that "
+                        "did not finish", final)
 
 
 def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:

@@ -70,16 +70,19 @@ from typing import Any
 
 import torch
 
-from ..limits import finite
 from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
 from .saves import SaveRecord, agree_on_resume
 from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
+from .checked import seconds_arg, whole_arg
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 from .state import capture, check_format, restore
+from .data import SamplerSeeds
+from .window import ThroughputWindow
 
 log = logging.getLogger("shockslurm.train")
+WHO = "ShockTrainer"           # names the bad argument's owner in its ValueError
 
 __all__ = ["ShockTrainer", "Schedule", "batch_size_for", "fetch"]
 
@@ -104,16 +107,16 @@ class ShockTrainer(EpochLoops):
                  lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
         self.model, self.optimizer = model, optimizer
         self.scheduler, self.scaler = scheduler, scaler
-        self.ckpt = CheckpointManager(ckpt_dir, keep=_whole("keep", keep))
+        self.ckpt = CheckpointManager(ckpt_dir, keep=whole_arg(WHO, "keep", keep))
         self.saves = SaveRecord(self.ckpt)
-        self.every_steps = _whole("every_steps", every_steps, optional=True)
-        self.every_seconds = _seconds("every_seconds", every_seconds, optional=True)
-        self.seed = _whole("seed", seed, least=None)
-        self.check_every = _whole("check_every", check_every)
+        self.every_steps = whole_arg(WHO, "every_steps", every_steps, optional=True)
+        self.every_seconds = seconds_arg(WHO, "every_seconds", every_seconds, optional=True)
+        self.seed = whole_arg(WHO, "seed", seed, least=None)
+        self.check_every = whole_arg(WHO, "check_every", check_every)
         self.checkpoint_epochs = checkpoint_epochs
         self.exit_on_stop = exit_on_stop
         self.resume_enabled = resume
-        self.report_interval_s = _seconds("report_interval_s", report_interval_s)
+        self.report_interval_s = seconds_arg(WHO, "report_interval_s", report_interval_s)
         self.extras: dict[str, Any] = _picklable_extras(extras)
         if self.ckpt.is_writer:
             self.ckpt.check_writable()  # before training: a job that cannot checkpoint loses work
@@ -137,8 +140,8 @@ class ShockTrainer(EpochLoops):
         self._last_batch_len = 0
         self._batch_position: int | None = None
         self._pending_samples = 0
-        self._window_start = time.perf_counter()
-        self._window_samples = 0
+        self._window = ThroughputWindow(self.report_interval_s)   # samples/s over training time
+        self._samplers = SamplerSeeds()     # made by sampler(): a resume gives them its seed
         self._until_poll = 1            # the first step always polls: an early signal stops it
         self._started = False
         self._resume_pending = False    # a checkpoint was loaded: the next epoch continues it
@@ -201,7 +204,11 @@ class ShockTrainer(EpochLoops):
     def save(self) -> Path | None:
         """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up).
         A write that fails (full disk, lost mount) is logged and training goes on: the newest
-        good checkpoint stays, and the next save tries again."""
+        good checkpoint stays, and the next save tries again. Its time is left out of the
+        throughput reported. Other ranks wait in a barrier, which fails after the process
+        group's timeout (`init_process_group(timeout=...)`; NCCL's default is 10 minutes): a
+        write that may take longer needs a longer timeout."""
+        began = time.perf_counter()
         path, ok = self.saves.save(self.state(), self.global_step)
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
@@ -211,6 +218,7 @@ class ShockTrainer(EpochLoops):
         if self.ckpt.is_writer:
             self.reporter.checkpoint(str(path or self.ckpt.path_for(self.global_step)),
                                      self.global_step, ok)
+        self._window.exclude(time.perf_counter() - began)
         return path
 
     def resume(self) -> bool:
@@ -238,6 +246,7 @@ class ShockTrainer(EpochLoops):
             log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
                         "checkpoint's", data["seed"], self.seed)
             self.seed = int(data["seed"])
+            self._samplers.reseed(self.seed)    # a DataLoader built before this resume
         self.extras.clear()          # the same dict: references taken before stay live
         self.extras.update(state.get("extras") or {})
         if self.optimizer is not None and self.global_step > 0:
@@ -264,13 +273,10 @@ class ShockTrainer(EpochLoops):
         # in batches of the epoch (a step may take several: gradient accumulation)
         self.step_in_epoch = (self.step_in_epoch + 1 if self._batch_position is None
                               else self._batch_position)
-        self._window_samples += self._pending_samples if samples is None else int(samples)
+        rate = self._window.add(self._pending_samples if samples is None else int(samples))
         self._pending_samples = 0
-        now = time.perf_counter()
-        elapsed = now - self._window_start
-        if elapsed >= self.report_interval_s:
-            self._report_throughput(self._window_samples / elapsed, samples)
-            self._window_start, self._window_samples = now, 0
+        if rate is not None:
+            self._report_throughput(rate, samples)
         step_due = self.every_steps is not None and self.global_step % self.every_steps == 0
         time_due = (self.every_seconds is not None
                     and time.monotonic() - self._last_save_time >= self.every_seconds)
@@ -319,30 +325,6 @@ class ShockTrainer(EpochLoops):
         if self.exit_on_stop:
             self.save_and_exit(0)
         return True
-
-
-def _whole(name: str, value: Any, *, optional: bool = False, least: int | None = 1) -> Any:
-    """`value` as an int (at least `least`; None too when `optional`), else a ValueError
-    naming the argument."""
-    if value is None and optional:
-        return None
-    if not whole_number(value) or (least is not None and value < least):
-        bound = "" if least is None else f" >= {least}"
-        raise ValueError(f"ShockTrainer: {name} must be a whole number{bound}"
-                         f"{' or None' if optional else ''}, got {value!r}")
-    return int(value)
-
-
-def _seconds(name: str, value: Any, *, optional: bool = False) -> Any:
-    """`value` as a finite number of seconds >= 0 (None too when `optional`), else a
-    ValueError naming the argument."""
-    if value is None and optional:
-        return None
-    seconds = finite(value)
-    if seconds is None or seconds < 0:
-        raise ValueError(f"ShockTrainer: {name} must be a finite number of seconds >= 0"
-                         f"{' or None' if optional else ''}, got {value!r}")
-    return seconds
 
 
 def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,54 @@
+"""`ThroughputWindow`: the samples/s a training loop reports, measured over its training time.
+
+The scheduler takes a job's reported rate as its speed at that batch size, so time that is not
+training is left out of the window: a checkpoint being written (`exclude`, seconds measured
+around the write) and the loop's own code between epochs (`idle`, at the next epoch's start:
+evaluation, LR schedulers). The window runs on over epochs otherwise, so epochs shorter than the
+report interval are reported too; a new batch size starts a new window (`reset`), so a rate is
+never of two batch sizes. No torch here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+class ThroughputWindow:
+    """Samples counted over training time; a rate (samples/s) once it has lasted `interval_s`."""
+
+    def __init__(self, interval_s: float,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.interval_s = interval_s
+        self.clock = clock
+        self.start = self.last = clock()     # the window's start; the last step counted
+        self.samples = 0
+
+    def reset(self) -> None:
+        """Start a new, empty window now."""
+        self.start = self.last = self.clock()
+        self.samples = 0
+
+    def add(self, samples: int) -> float | None:
+        """Count a step's `samples`. Once the window has lasted `interval_s`: its rate, and a new
+        window starts; else None."""
+        now = self.clock()
+        self.samples += samples
+        self.last = now
+        elapsed = now - self.start
+        if elapsed <= 0 or elapsed < self.interval_s:
+            return None
+        rate = self.samples / elapsed
+        self.start, self.samples = now, 0
+        return rate
+
+    def exclude(self, seconds: float) -> None:
+        """Leave out `seconds` spent since the last step on something else (a checkpoint)."""
+        seconds = max(0.0, seconds)
+        self.start += seconds
+        self.last += seconds
+
+    def idle(self) -> None:
+        """Leave out the time since the last step (or the window's start, less what was
+        excluded already): the loop was not training (between epochs)."""
+        self.exclude(self.clock() - self.last)

@@ -1,0 +1,120 @@
+"""The Lightning callback's checkpoints and resume beyond tests/test_train_lightning.py: with
+gradient accumulation a checkpoint is taken only after an optimizer step (never at step 0, never
+with gradients of batches half accumulated, never twice for one due step), so a stop at any
+micro-batch resumes bit-identical; and a sampler built before the resume follows the
+checkpoint's seed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")        # CI installs both (tests/run.sh): never skipped
+pl = pytest.importorskip("lightning.pytorch")
+
+from shockslurm.train.checkpoint import read_checkpoint  # noqa: E402
+from shockslurm.train.lease import Lease  # noqa: E402
+from shockslurm.train.lightning import ShockwaveCallback  # noqa: E402
+from shockslurm.train.reports import Reporter  # noqa: E402
+
+from .test_train_lightning import Tiny as LightningTiny  # noqa: E402
+
+ACCUMULATE = 2       # 10 batches of 8 an epoch: 5 optimizer steps an epoch, 3 epochs
+
+
+class Tiny(LightningTiny):
+    """Sends itself SIGUSR1 (as Slurm does) in the training step of micro-batch `stop_at`
+    (counted from 1 over the whole run, not optimizer steps), one SGD optimizer."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__(None)
+        self.stop_at_micro = stop_at
+        self.micro_batches = 0
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.micro_batches += 1
+        if self.micro_batches == self.stop_at_micro:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+
+def _data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(80, 4, generator=g)
+    return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def _fit(ckpt: Path, *, stop_at: int | None = None, seed: int = 3, every_steps: int = 3,
+         accumulate: int = ACCUMULATE) -> tuple[Tiny, ShockwaveCallback]:
+    cb = ShockwaveCallback(ckpt, keep=100, every_steps=every_steps, every_seconds=None,
+                           seed=seed, exit_on_stop=False, reporter=Reporter(None),
+                           lease=Lease(stop_file=False))
+    model = Tiny(stop_at)
+    data = _data()
+    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
+    trainer = pl.Trainer(max_epochs=3, callbacks=[cb], accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, deterministic=True,
+                         accumulate_grad_batches=accumulate)
+    try:
+        trainer.fit(model, loader)
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    return model, cb
+
+
+def _saved(ckpt: Path) -> list[tuple[int, int]]:
+    """(global step, batches of its epoch trained on) of every checkpoint, in order."""
+    out = []
+    for path in sorted(ckpt.glob("ckpt-*.pt")):
+        state = read_checkpoint(path)
+        out.append((state["global_step"], state["shockslurm"]["batches_in_epoch"]))
+    return out
+
+
+def _same_weights(a: Tiny, b: Tiny) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
+                                                 b.state_dict().values()))
+
+
+def test_with_accumulation_checkpoints_follow_optimizer_steps(tmp_path: Path):
+    """every_steps=3 with 2 micro-batches a step: steps 3, 6, 9, 12 and the end (15), each
+    after a whole accumulation (an even number of batches into its epoch). It saved at step 0
+    after the first micro-batch, at step 10 half-way through an accumulation, and a second time
+    one step after each due step (4, 7, 13): the due flag of a step seen again at its next
+    micro-batch was left set."""
+    _fit(tmp_path / "ckpt")
+    assert _saved(tmp_path / "ckpt") == [(3, 6), (6, 2), (9, 8), (12, 4), (15, 10)]
+
+
+# Micro-batch 11 is epoch 1's first: its gradients were accumulated, not yet stepped, when the
+# checkpoint (step 5, one batch into the epoch) was taken, so a resume skipped that batch and
+# lost them. 7 is mid-accumulation in epoch 0, 8 ends one.
+@pytest.mark.parametrize("stop_at", [7, 8, 11])
+def test_with_accumulation_a_stop_at_any_micro_batch_resumes_bit_identical(
+        tmp_path: Path, stop_at: int):
+    reference, _ = _fit(tmp_path / "ref")
+    _, stopped = _fit(tmp_path / "run", stop_at=stop_at)
+    assert stopped.should_stop
+    assert all(batches % ACCUMULATE == 0 for _, batches in _saved(tmp_path / "run"))
+    resumed, cb = _fit(tmp_path / "run")
+    assert cb.resumed_from is not None
+    assert _same_weights(reference, resumed)
+
+
+def test_a_sampler_built_before_the_resume_takes_the_checkpoints_seed(tmp_path: Path):
+    """The DataLoader (and its `cb.sampler()`) is built before `fit` loads the checkpoint: a
+    rerun given another seed takes the checkpoint's (3), its sampler too, and ends
+    bit-identical to an uninterrupted run of seed 3. The sampler kept seed 4, silently."""
+    reference, _ = _fit(tmp_path / "ref", accumulate=1)
+    _fit(tmp_path / "run", stop_at=8, accumulate=1)
+    resumed, cb = _fit(tmp_path / "run", seed=4, accumulate=1)
+    assert cb.resumed_from is not None and cb.seed == 3
+    assert _same_weights(reference, resumed)
