@@ -148,11 +148,13 @@ class NodeBook:
 
     def takes_whole(self, shares: NodeShares) -> bool:
         """Whether a gang on `shares` takes its nodes whole: a multi-node gang of the cluster's
-        laid out as rule 1 lays it (every node full but at most one). One that Slurm spread in
-        parts of nodes (`-N3 --gres=gpu:4` on nodes of 8: 4 on each) takes its GPUs only."""
+        laid out as rule 1 lays it (every node full but at most one, the last: its shares are
+        never all equal then). One that Slurm spread in equal parts of nodes (`-N3
+        --gres=gpu:4`: 4 on each, on nodes of 8, or of 4, 4 and 8) takes its GPUs only."""
         if not self.multi_node(sum(g for _, g in shares)):
             return False
-        return sum(g < self._cap[self._index[n]] for n, g in shares) <= 1
+        partial = sum(g < self._cap[self._index[n]] for n, g in shares)
+        return partial == 0 or (partial == 1 and len({g for _, g in shares}) > 1)
 
     def take_at(self, shares: NodeShares) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a

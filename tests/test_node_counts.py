@@ -74,6 +74,22 @@ def test_a_spread_gang_prefers_where_it_runs_and_keeps_within_its_nodes():
     assert not book.can_take(16, within={"node01", "node02"}, spread=2)
 
 
+def test_parts_on_nodes_of_several_sizes_hold_their_gpus_only():
+    """`-N3 --gres=gpu:4` on nodes of 4, 4 and 8: 12 GPUs, more than any node, on every node
+    but one full, as rule 1 lays a multi-node gang; still parts, which leave 4 GPUs of the
+    8-GPU node to others (before, the book took that node whole, a 4-GPU job beside the parts
+    was left unplaced, and running there it was stopped)."""
+    nodes = (Node("a", 4), Node("b", 4), Node("c", 8))
+    book = NodeBook(nodes)
+    assert book.take(12, spread=3) == (("a", 4), ("b", 4), ("c", 4))
+    assert book.free_on("c") == 4
+    both = place(nodes, {1: 12, 2: 4}, node_counts={1: 3})
+    assert both.shares == {1: (("a", 4), ("b", 4), ("c", 4)), 2: (("c", 4),)}
+    running = {1: (("a", 4), ("b", 4), ("c", 4)), 2: (("c", 4),)}
+    stay = place(nodes, {1: 12, 2: 4}, running, node_counts={1: 3})
+    assert stay.shares == running and not stay.unplaced and not stay.moved
+
+
 def test_parts_that_fill_their_nodes_take_them_whole_as_a_multi_node_gang_does():
     """On nodes of 8, `-N 2 --gres=gpu:8` is a 16-GPU gang: it needs wholly free nodes and
     gives them back whole, as a 16-GPU gang laid by rule 1 does."""
@@ -113,15 +129,21 @@ def cases(draw):
 def test_placement_puts_each_part_on_its_own_node_and_no_node_over_capacity(case):
     nodes, plan, running, counts = case
     result = place(nodes, plan, running, node_counts=counts)
-    book = NodeBook(nodes)
-    for j in sorted(result.shares, key=lambda j: (-len(result.shares[j]), j)):
-        shares = result.shares[j]
+    cap = {n.name: n.gpus for n in nodes}
+    used = dict.fromkeys(cap, 0)
+    for j, shares in result.shares.items():
         gang = plan.get(j) or sum(g for _, g in running[j])
         assert sum(g for _, g in shares) == gang
         if j in counts:
             assert len(shares) == counts[j] and len({n for n, _ in shares}) == counts[j]
             assert {g for _, g in shares} == {gang // counts[j]}
-        assert book.take_at(shares), f"job {j} overfills a node: {shares}"
+        whole = j not in counts and gang > max(cap.values())    # rule 1's multi-node gang
+        for n, g in shares:
+            used[n] += cap[n] if whole else g                   # parts hold their GPUs only
+    assert all(used[n] <= cap[n] for n in cap), used
+    book = NodeBook(nodes)
+    for shares in result.shares.values():
+        assert book.take_at(shares)
     for j in result.unplaced:
         assert not book.can_take(plan[j], spread=counts.get(j, 1)), f"job {j} dropped but fits"
 
@@ -134,9 +156,10 @@ def test_place_plan_reads_the_snapshots_node_counts():
                     nodes=parse_cluster_shape("2x8"), node_counts={1: 2})
     placed = place_plan(RoundPlan(frozenset({1})), snap).placement
     assert placed[1] == (("node01", 4), ("node02", 4))
-    # with both planned, the 2 x 4 job and a whole-node job cannot share two nodes of 8
+    # with both planned, the 2 x 4 job and a whole-node job cannot share two nodes of 8:
+    # the parts go first (as multi-node gangs do), the 8-GPU job is left out
     both = place_plan(RoundPlan(frozenset({1, 2})), snap)
-    assert len(both.run) == 1
+    assert both.run == {1} and both.info["unplaced"] == [2]
 
 
 # ---------------------------------------------------------------- workloads and the simulator
@@ -170,6 +193,12 @@ def test_a_node_count_the_cluster_cannot_meet_is_refused(shape, says):
     assert says in str(err.value)
 
 
+def test_a_job_built_in_code_whose_gpus_do_not_split_is_refused():
+    spec = replace(parse_job(ROW, index=4), node_count=3)          # 8 GPUs over 3 nodes
+    with pytest.raises(ValueError, match=r"^job 4's 8 GPUs do not split evenly over 3 nodes"):
+        SimulatedCluster(16, [spec], nodes=parse_cluster_shape("2x8"))
+
+
 class _Checked(SimulatedCluster):
     """Asserts, every round, that each job asking for several nodes runs in its parts."""
 
@@ -184,17 +213,20 @@ class _Checked(SimulatedCluster):
                 assert {g for _, g in shares} == {spec.gang_size // spec.node_count}
             for name, gpus in shares:
                 used[name] = used.get(name, 0) + gpus
-        assert all(used[n] <= 8 for n in used), used
+        capacity = {n.name: n.gpus for n in self.nodes}
+        assert all(used[n] <= capacity[n] for n in used), used
 
 
-@pytest.mark.parametrize("live_like", [False, True])
+@pytest.mark.parametrize("shape, live_like", [("4x8", False), ("4x8", True),
+                                              ("2x4,2x8", True)])
 @pytest.mark.parametrize("policy", policy_names())
-def test_every_policy_runs_jobs_in_the_parts_they_ask_for(monkeypatch, policy, live_like):
+def test_every_policy_runs_jobs_in_the_parts_they_ask_for(monkeypatch, policy, shape,
+                                                          live_like):
     specs = generate(GeneratorConfig(jobs=20, seed=5, jobs_per_hour=60.0,
                                      max_exclusive_hours=0.5))
     jobs = [replace(j, gang_size=8, node_count=2) if j.job_id % 4 == 0 else j for j in specs]
     monkeypatch.setattr(sim_run, "SimulatedCluster", _Checked)
-    config = SimConfig.for_nodes(parse_cluster_shape("4x8"),
+    config = SimConfig.for_nodes(parse_cluster_shape(shape),
                                  settings=PolicySettings(round_s=360.0),
                                  fill_on_completion=live_like, keep_partial_iterations=live_like)
     result = simulate(jobs, policy, config)

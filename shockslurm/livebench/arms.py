@@ -97,16 +97,14 @@ def node_limits(job: JobSpec, settings: ArmSettings) -> list[str]:
 def native_argv(job: JobSpec, name: str, settings: ArmSettings, arm_dir: Path,
                 command: Sequence[str]) -> list[str]:
     return ["sbatch", "--parsable", f"--partition={settings.native_partition}",
-            f"--job-name={name}", f"--nodes={job.node_count}",
-            f"--gres=gpu:{job.gang_size // job.node_count}", *node_limits(job, settings),
+            f"--job-name={name}", f"--gres=gpu:{job.gang_size}", *node_limits(job, settings),
             f"--output={arm_dir / 'out' / '%x-%j.out'}", "--wrap", shlex.join(command)]
 
 
 def shocksub_argv(job: JobSpec, name: str, settings: ArmSettings, arm_dir: Path,
                   command: Sequence[str]) -> list[str]:
     ladder = ",".join(str(b) for b in job.batch_size_ladder)
-    return [settings.python, "-m", "shockslurm.cli.shocksub",
-            "--gpus", str(job.gang_size // job.node_count), "--nodes", str(job.node_count),
+    return [settings.python, "-m", "shockslurm.cli.shocksub", "--gpus", str(job.gang_size),
             "--partition", settings.managed_partition, "--job-name", name,
             "--model", job.model, "--epochs", str(job.num_epochs),
             "--samples-per-epoch", str(job.samples_per_epoch), "--batch-sizes", ladder,

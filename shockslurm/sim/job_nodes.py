@@ -45,8 +45,9 @@ def _names(names: Sequence[str], shown: int = 5) -> str:
 def node_counts(jobs: Sequence[JobSpec], nodes: Sequence[Node],
                 limited: Mapping[int, frozenset[str]] | None = None) -> dict[int, int]:
     """The jobs that ask for several nodes (`JobSpec.node_count` > 1), by id. A ValueError
-    names a job on one pool, or one whose nodes (of `limited`, when it is limited) have too few
-    that hold its part (`gang_size / node_count` GPUs each)."""
+    names a job on one pool, one whose GPUs do not split evenly, or one whose nodes (of
+    `limited`, when it is limited) have too few that hold its part (`gang_size / node_count`
+    GPUs each)."""
     spread = {j.job_id: j for j in jobs if j.node_count > 1}
     if not spread:
         return {}
@@ -54,6 +55,9 @@ def node_counts(jobs: Sequence[JobSpec], nodes: Sequence[Node],
         raise ValueError(f"job {min(spread)} asks for {spread[min(spread)].node_count} nodes, but "
                          "the cluster is one pool of GPUs: give its nodes (--cluster)")
     for job_id, job in sorted(spread.items()):
+        if job.gang_size % job.node_count:
+            raise ValueError(f"job {job_id}'s {job.gang_size} GPUs do not split evenly over "
+                             f"{job.node_count} nodes")
         part = job.gang_size // job.node_count
         may = (limited or {}).get(job_id)
         holding = [n.name for n in nodes if n.gpus >= part and (may is None or n.name in may)]
