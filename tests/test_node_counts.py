@@ -303,3 +303,28 @@ def test_a_job_asking_for_more_nodes_than_can_hold_its_part_is_flagged_never_pla
 def test_pins_name_every_part():
     placement = {1: (("gpu01", 4), ("gpu03", 4))}
     assert en.pin_nodes(placement, [_spread(1)]) == {1: ("gpu01", "gpu03")}
+
+
+def test_a_node_range_is_read_and_fixed_at_its_minimum_when_released():
+    """`-N 2-3 --gres=gpu:4`: squeue's node_count 2, max_nodes 3 (22.05; 23.02+ as numbers).
+    Slurm gives such a job as many nodes as it finds free (pinned to two and released, it ran
+    on three: 12 GPUs where the plan counted 8), so the release fixes it at two
+    (`NumNodes=2-2`), with the pin."""
+    from shockslurm.slurm.parse import parse_squeue
+    from shockslurm.slurm.types import SlurmJob
+    rec = {"job_id": 7, "job_state": "PENDING", "tres_per_node": "gres:gpu:4", "node_count": 2,
+           "max_nodes": 3}
+    newer = {**rec, "node_count": {"set": True, "infinite": False, "number": 2},
+             "max_nodes": {"set": True, "infinite": False, "number": 3}}
+    for doc in (rec, newer):
+        (parsed,) = parse_squeue({"jobs": [doc]})
+        assert parsed.node_range and parsed.node_parts == 2 and parsed.gpus == 8
+    (plain,) = parse_squeue({"jobs": [{**rec, "max_nodes": 0}]})
+    assert not plain.node_range
+    ranged: SlurmJob = replace(_spread(7), max_nodes=3)
+    update, = en.diff(RoundPlan(frozenset({7})), [ranged],
+                      pins={7: ("gpu01", "gpu03")}).updates
+    assert update.argv() == ["scontrol", "update", "JobId=7", "NumNodes=2-2",
+                             "ReqNodeList=gpu01,gpu03"]
+    fixed, = en.diff(RoundPlan(frozenset({7})), [_spread(7)], pins={7: ("gpu01", "gpu03")}).updates
+    assert "NumNodes" not in " ".join(fixed.argv())

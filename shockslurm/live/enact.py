@@ -72,11 +72,14 @@ class JobUpdate:
     gpus_per_node: int | None   # new Gres=gpu:K, or None to keep the request
     start_now: bool             # StartTime=now (clears the post-requeue BeginTime wait)
     nodes: tuple[str, ...] = ()  # ReqNodeList=a,b: the plan's nodes (pin), () to keep
+    node_count: int | None = None  # NumNodes=N-N: a node range fixed at its minimum
 
     def argv(self) -> list[str]:
         argv = ["scontrol", "update", f"JobId={self.job_id}"]
         if self.gpus_per_node is not None:
             argv.append(f"Gres=gpu:{self.gpus_per_node}")
+        if self.node_count is not None:
+            argv.append(f"NumNodes={self.node_count}-{self.node_count}")
         if self.nodes:
             argv.append(f"ReqNodeList={','.join(self.nodes)}")
         if self.start_now:
@@ -173,7 +176,9 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
 def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
                     nodes: tuple[str, ...]) -> JobUpdate | None:
     """The update a planned pending job needs before it can start, or None: a resize, a pin,
-    and `StartTime=now` after a requeue or while it waits on BeginTime."""
+    a node range fixed at its minimum (the plan counted that many nodes' GPUs; left a range,
+    Slurm would take more), and `StartTime=now` after a requeue or while it waits on
+    BeginTime."""
     new_gres = None
     if gpus_per_node and job.job_id in gpus_per_node and \
             gpus_per_node[job.job_id] != job.gpus_per_node:
@@ -184,8 +189,9 @@ def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
         start_now = job.reason == BEGIN_TIME_REASON
         if nodes and required_node_names(job) == nodes:
             nodes = ()
-    if new_gres is not None or start_now or nodes:
-        return JobUpdate(job.job_id, new_gres, start_now, nodes)
+    fixed = max(1, job.nodes) if job.node_range else None
+    if new_gres is not None or start_now or nodes or fixed is not None:
+        return JobUpdate(job.job_id, new_gres, start_now, nodes, fixed)
     return None
 
 

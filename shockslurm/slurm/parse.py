@@ -111,6 +111,7 @@ def parse_job(rec: Mapping[str, Any], source: str = SQUEUE) -> SlurmJob:
         gpus_per_node=gpu_count(tres_node, ctx, "tres_per_node"),
         gpus_per_job=gpu_count(tres_job, ctx, "tres_per_job"),
         nodes=number(rec.get("node_count"), ctx, "node_count") or 0,
+        max_nodes=number(rec.get("max_nodes"), ctx, "max_nodes") or 0,
         node_list=text(rec.get("nodes"), ctx, "nodes"),
         submit_time=timestamp(rec.get("submit_time"), ctx, "submit_time") or 0.0,
         start_time=start,

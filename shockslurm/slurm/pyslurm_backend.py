@@ -71,6 +71,7 @@ class PyslurmBackend:
                 gpus_per_node=_gres_dict_gpus(_attr(job, "gres_per_node", default={})),
                 gpus_per_job=int(_attr(job, "gpus", "gpus_per_job", default=0) or 0),
                 nodes=int(_attr(job, "num_nodes", default=0) or 0),
+                max_nodes=int(_attr(job, "max_nodes", default=0) or 0),
                 node_list=_attr(job, "nodes", "allocated_nodes", default="") or "",
                 submit_time=_ts(_attr(job, "submit_time")) or 0.0,
                 start_time=None if state is JobState.PENDING else _ts(_attr(job, "start_time")),

@@ -118,6 +118,7 @@ class SlurmJob:
     excluded_nodes: str = ""         # the user's --exclude, "" = none
     features: str = ""               # the user's --constraint, "" = none
     gpu_types: frozenset[str] = frozenset()   # GPU types asked for (--gres=gpu:a100:2), none = any
+    max_nodes: int = 0               # a node range's maximum (-N 2-3: 3); 0 = none or unknown
     raw: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -132,6 +133,13 @@ class SlurmJob:
     def gpus(self) -> int:
         """GPUs the job holds or asks for in total."""
         return self.gpus_per_job or self.gpus_per_node * max(1, self.nodes)
+
+    @property
+    def node_range(self) -> bool:
+        """Whether the job asks for a range of nodes (`-N 2-3`): Slurm gives it as many as it
+        finds free (verified on 22.05: pinned to two nodes and released, such a job ran on
+        three), so its GPUs are not known until it starts."""
+        return self.max_nodes > max(1, self.nodes)
 
     @property
     def node_parts(self) -> int:

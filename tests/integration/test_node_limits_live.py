@@ -105,3 +105,34 @@ def test_a_multi_node_job_is_planned_pinned_and_started_in_its_parts(tmp_path: P
     finally:
         if ours:
             subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)
+
+
+def test_a_node_range_job_runs_on_the_nodes_the_plan_counted(tmp_path: Path, slurm_cluster):
+    """`-N2-3 --gres=gpu:4` on an idle cluster: Slurm would give it three nodes (12 GPUs;
+    verified by hand on 22.05: pinned to two and released, it ran on three), where the plan
+    counted its minimum, two nodes of 4. The release fixes it at two (`NumNodes=2-2`) with
+    the pin, and it runs on the plan's two nodes."""
+    assert slurm_cluster.gpus_per_node == 8 and slurm_cluster.nodes == 4
+    ours: list[int] = []
+    backend = StampedBackend()
+    try:
+        ranged = _sbatch(tmp_path, "--nodes=2-3", "--gres=gpu:4")
+        ours.append(ranged)
+        cluster = SlurmCluster(backend, partitions=("gpu",), grace_seconds=5, round_s=20,
+                               churn=ChurnLimits(0, 0, 0, 0),
+                               job_filter=lambda j: j.job_id in ours)
+        snap = cluster.observe(time.time())
+        assert snap.node_counts == {ranged: 2} and snap.job(ranged).gang_size == 8
+        plan = place_plan(RoundPlan(frozenset(ours)), snap)
+        names = tuple(n for n, _ in plan.placement[ranged])
+        assert len(names) == 2
+        cluster.enact(plan, snap)
+        updates = {s.argv for s in cluster.last_stats.steps if s.action == "update"}
+        assert ("scontrol", "update", f"JobId={ranged}", "NumNodes=2-2",
+                f"ReqNodeList={','.join(names)}") in updates
+        running = _wait(backend, set(ours), JobState.RUNNING)
+        assert running[ranged].nodes == 2 and running[ranged].node_list == \
+            f"gpu[{names[0][3:]}-{names[1][3:]}]", running[ranged].node_list
+    finally:
+        if ours:
+            subprocess.run(["scancel", *map(str, ours)], capture_output=True, timeout=30)
