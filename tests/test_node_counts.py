@@ -146,6 +146,18 @@ def test_placement_puts_each_part_on_its_own_node_and_no_node_over_capacity(case
         assert book.take_at(shares)
     for j in result.unplaced:
         assert not book.can_take(plan[j], spread=counts.get(j, 1)), f"job {j} dropped but fits"
+        assert not _fits_beside(plan[j], counts.get(j, 1), cap, used), f"job {j} fits beside"
+
+
+def _fits_beside(gang: int, parts: int, cap: dict[str, int], used: dict[str, int]) -> bool:
+    """Whether a gang fits the GPUs `used` leaves, counted apart from `NodeBook`: in `parts`
+    equal parts on as many nodes, on one node, or on wholly free nodes when larger than all."""
+    free = {n: cap[n] - used[n] for n in cap}
+    if parts > 1:
+        return sum(1 for f in free.values() if f >= gang // parts) >= parts
+    if gang <= max(cap.values()):
+        return any(f >= gang for f in free.values())
+    return sum(cap[n] for n in cap if free[n] == cap[n]) >= gang
 
 
 def test_place_plan_reads_the_snapshots_node_counts():
