@@ -103,11 +103,27 @@ def _rank_main(rank: int, port: int, d: str, results: dict) -> None:
         dist.destroy_process_group()
 
 
-def test_fsdp_two_ranks_sharded_round_trip_is_exact(tmp_path: Path):
+def _round_trip(directory: Path) -> dict:
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_rank_main, args=(_port(), str(tmp_path / "ck"), results), nprocs=2)
-        got = dict(results)
+        mp.spawn(_rank_main, args=(_port(), str(directory), results), nprocs=2)
+        return dict(results)
+
+
+def test_fsdp_two_ranks_sharded_round_trip_is_exact(tmp_path: Path):
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    try:
+        got = _round_trip(tmp_path / "ck")
+    except ProcessExitedException as exc:
+        # A rank killed by a signal (once in a CI replica on 2026-11-30: SIGABRT, "terminate
+        # called without an active exception", from gloo's teardown; not reproduced in 6 runs
+        # alone) is tried once more on fresh ranks; a rank that raises fails the test at once.
+        if exc.signal_name is None:
+            raise
+        import warnings
+        warnings.warn(f"two-rank FSDP round trip: {exc}; tried again", stacklevel=1)
+        got = _round_trip(tmp_path / "ck-again")
     assert got["kept"] == ["dcp-000000000005", "dcp-000000000008"], got["kept"]
     assert got["at8"], "the restored model differs from the saved one"
     assert got["model"] and got["optim"], got       # resumed from 5: bit-identical at 8
