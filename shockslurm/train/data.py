@@ -22,11 +22,14 @@ seeds, so it resumes exactly only when it is seeded per sample (e.g. from the in
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from typing import Any, Iterator, Sized
 
 import torch
+
+log = logging.getLogger("shockslurm.train")
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -109,10 +112,15 @@ class SamplerSeeds:
         self._made.add(sampler)
         return sampler
 
-    def reseed(self, seed: int) -> None:
-        """Give every sampler made so far the data-order seed `seed`."""
+    def take(self, saved: int, current: int) -> int:
+        """The checkpoint's data-order seed `saved`, given to every sampler made so far; a
+        warning when it differs from the `current` one. Returns it."""
+        if saved != current:
+            log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
+                        "checkpoint's", saved, current)
         for sampler in self._made:
-            sampler.seed = int(seed)
+            sampler.seed = int(saved)
+        return int(saved)
 
 
 def batch_len(batch: Any) -> int:

@@ -143,16 +143,8 @@ class ShockwaveCallback(pl.Callback):
         mine = checkpoint.get(STATE_KEY) or {}
         self._rng = mine.get("rng")
         self._skip = int(mine.get("batches_in_epoch", 0))
-        self._take_seed(int(mine.get("seed", self.seed)))
-
-    def _take_seed(self, seed: int) -> None:
-        """The checkpoint's data-order seed, for this callback and the samplers it made
-        already (the DataLoader is built before `fit` loads the checkpoint)."""
-        if seed != self.seed:
-            log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
-                        "checkpoint's", seed, self.seed)
-        self.seed = seed
-        self._samplers.reseed(seed)
+        # the samplers made already too: the DataLoader is built before `fit` loads this
+        self.seed = self._samplers.take(int(mine.get("seed", self.seed)), self.seed)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning registered its own SIGUSR1/SIGTERM handlers just before: take them back.

@@ -243,10 +243,8 @@ class ShockTrainer(EpochLoops):
         self.step_in_epoch = int(data["step_in_epoch"])
         self.batch_size = state.get("batch_size")
         if data.get("seed") is not None and data["seed"] != self.seed:
-            log.warning("shockslurm.train: checkpoint seed %s differs from seed %s; using the "
-                        "checkpoint's", data["seed"], self.seed)
-            self.seed = int(data["seed"])
-            self._samplers.reseed(self.seed)    # a DataLoader built before this resume
+            # also for a DataLoader built before this resume
+            self.seed = self._samplers.take(int(data["seed"]), self.seed)
         self.extras.clear()          # the same dict: references taken before stay live
         self.extras.update(state.get("extras") or {})
         if self.optimizer is not None and self.global_step > 0:
