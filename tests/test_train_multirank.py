@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")  # CI installs CPU torch (tests/run.sh)
 
 from shockslurm.train.checkpoint import CheckpointManager  # noqa: E402
 
+from .gloo_ranks import leave_together, spawn_ranks  # noqa: E402
 from .train_job import job_env, signal_rank_once_running  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
@@ -69,58 +70,50 @@ def test_two_ranks_stop_together_and_resume_bit_identical(tmp_path: Path):
         assert torch.equal(final[name], reference[name]), f"{name} differs"
 
 
-RANKS_APART = '''
-import os, sys
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from shockslurm.train import ShockTrainer
-from shockslurm.train.checkpoint import CheckpointMismatch
-from shockslurm.train.lease import Lease
-from shockslurm.train.reports import Reporter
+def _trainer(directory: Path):
+    from shockslurm.train import ShockTrainer
+    from shockslurm.train.lease import Lease
+    from shockslurm.train.reports import Reporter
 
-
-def trainer(directory):
     torch.manual_seed(0)
     model = torch.nn.Linear(2, 1)
-    return ShockTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1),
-                        ckpt_dir=directory, every_seconds=None, reporter=Reporter(None),
-                        lease=Lease(stop_file=False))
+    return ShockTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), ckpt_dir=directory,
+                        every_seconds=None, reporter=Reporter(None), lease=Lease(stop_file=False))
 
 
-def rank_main(rank, base):
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(base, "init"),
-                            rank=rank, world_size=2)
-    st = trainer(os.path.join(base, "rank%d" % rank))   # each rank its own directory
+def _apart_rank(rank: int, base: str) -> None:
+    """Each rank resumes from its own directory; what it was told goes to rank<N>.txt."""
+    import torch.distributed as dist
+    from shockslurm.train.checkpoint import CheckpointMismatch
+
+    dist.init_process_group("gloo", init_method="file://" + str(Path(base, "init")), rank=rank,
+                            world_size=2)
+    st = _trainer(Path(base, f"rank{rank}"))
     try:
         st.resume()
-        said = "resumed at %d" % st.global_step
+        said = f"resumed at {st.global_step}"
     except CheckpointMismatch as exc:
-        said = "refused: %s" % exc
-    with open(os.path.join(base, "rank%d.txt" % rank), "w") as fh:
-        fh.write(said)
-    dist.destroy_process_group()
+        said = f"refused: {exc}"
+    Path(base, f"rank{rank}.txt").write_text(said)
+    leave_together()
 
 
-if __name__ == "__main__":
-    base = sys.argv[1]
-    first = trainer(os.path.join(base, "rank0"))          # rank 0's directory has step 1
+def _apart(base: Path) -> tuple[str]:
+    """A fresh directory for one attempt, rank 0's part of it holding a checkpoint."""
+    base.mkdir()
+    first = _trainer(base / "rank0")                    # rank 0's directory has step 1
     first.step()
     first.save()
     first.close()
-    mp.spawn(rank_main, args=(base,), nprocs=2)
-'''
+    return (str(base),)
 
 
 def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path: Path):
     """Ranks reading different checkpoint directories (one per node, a stale listing) resumed
     at different steps in silence; now every rank raises, naming what each found."""
-    script = tmp_path / "apart.py"
-    script.write_text(RANKS_APART)
-    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
-                         text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
+    spawn_ranks(_apart_rank, lambda attempt: _apart(tmp_path / f"try{attempt}"))
+    base = sorted(tmp_path.glob("try*"))[-1]               # the attempt that ran to the end
     for rank in (0, 1):
-        said = (tmp_path / f"rank{rank}.txt").read_text()
+        said = (base / f"rank{rank}.txt").read_text()
         assert said.startswith("refused: the ranks found different checkpoints"), said
         assert "rank 0: step 1, rank 1: none" in said, said
