@@ -364,10 +364,12 @@ def test_later_steps_than_a_runs_own_are_set_aside_not_rotated_in(tmp_path, capl
             mgr.save({"format": 2, "step": step, "run": "new"}, step)
     assert [s for s, _ in mgr.checkpoints()] == [200, 300]
     assert mgr.load_latest()[1]["run"] == "new"
-    aside = sorted(p.name for p in (tmp_path / "superseded").iterdir())
-    assert aside == [f"ckpt-00000000{k}.pt{suffix}" for k in ("0800", "0900", "1000")
-                     for suffix in ("", ".sha256")]
-    assert read_checkpoint(tmp_path / "superseded" / "ckpt-000000001000.pt")["run"] == "old"
+    [batch] = (tmp_path / "superseded").iterdir()      # one folder for the batch set aside
+    assert batch.name.endswith("Z-before-step-100")
+    assert sorted(p.name for p in batch.iterdir()) == [
+        f"ckpt-00000000{k}.pt{suffix}" for k in ("0800", "0900", "1000")
+        for suffix in ("", ".sha256")]
+    assert read_checkpoint(batch / "ckpt-000000001000.pt")["run"] == "old"
     assert "not its own" in caplog.text and "superseded" in caplog.text
 
 

@@ -226,8 +226,9 @@ def test_sharded_checkpoints_of_later_steps_are_set_aside_not_rotated_in(tmp_pat
     assert [s for s, _ in new.checkpoints()] == [200, 300]
     found = new.load_latest(torch.nn.Linear(5, 2))
     assert found is not None and found[1] == 300 and new.extras == {"run": "new"}
-    assert sorted(p.name for p in (tmp_path / "superseded").iterdir()) == [
-        "dcp-000000000800", "dcp-000000000900"]
+    [batch] = (tmp_path / "superseded").iterdir()
+    assert batch.name.endswith("Z-before-step-100")
+    assert sorted(p.name for p in batch.iterdir()) == ["dcp-000000000800", "dcp-000000000900"]
 
 
 @SINGLE_PROCESS_DCP

@@ -22,8 +22,9 @@ directory is fsynced); then all but the newest `keep` checkpoints are deleted. A
 already on disk (an epoch's end after a save on its last step) lists the old and the new
 digest in the sidecar until the file is replaced, then the new alone. Checkpoints of later
 steps than the one written are not this run's (an earlier run's in the directory, a bad newest
-file skipped at resume): they are moved to `superseded/`, never rotated instead of the new
-ones, and a resume no longer takes them. A crash at any
+file skipped at resume): they are moved, each batch into a new folder of its own
+(`superseded/<UTC time>-before-step-<N>/`, train/superseded.py), never rotated instead of the
+new ones, and a resume no longer takes them. A crash at any
 moment leaves the old set of checkpoints plus at most one new one that is either complete with
 its sidecar or fails its check (plus perhaps a stale `.tmp` or an orphan sidecar, swept by the next save).
 Reading (any rank): newest first; a file without its sidecar, with a wrong checksum, or that does
@@ -57,13 +58,13 @@ import torch
 
 from ..atomic import atomic_write
 from ._env import rank
+from .superseded import set_aside
 
 log = logging.getLogger("shockslurm.train")
 
 FORMAT_VERSION = 2
 FORMATS_READ = (1, 2)
 SIDECAR_SUFFIX = ".sha256"
-SUPERSEDED_DIR = "superseded"   # checkpoints of later steps than a run's own go there (`rotate`)
 CHECKPOINT_MODE = 0o600   # a job's weights are its owner's alone, on a shared file system too
 _NAME_RE = re.compile(r"^ckpt-(\d{12})\.pt$")
 _CHUNK = 8 << 20          # bytes read at a time for the checksum
@@ -267,30 +268,13 @@ def rotate(directory: Path, checkpoints: list[tuple[int, Path]], step: int,
     all, oldest first), the old ones to delete: all but the `keep` newest up to `step`. Those
     of later steps are not this run's (an earlier run's in the same directory, or a bad newest
     one skipped at resume): a resume would take them, and rotating by step would delete this
-    run's instead, so they are moved to `superseded/` (kept, not deleted; a file with its
-    sidecar). `CheckpointManager` and the sharded manager both rotate so."""
-    ahead = [path for s, path in checkpoints if s > step]
+    run's instead, so they are moved to a new folder of their own under `superseded/` (kept,
+    not deleted; a file with its sidecar: `superseded.set_aside`). `CheckpointManager` and the
+    sharded manager both rotate so."""
+    ahead = [(path, sidecar_path(path)) for s, path in checkpoints if s > step]
     if ahead:
-        _set_aside(directory, ahead, step)
+        set_aside(directory, ahead, step)
     return [path for s, path in checkpoints if s <= step][:-keep]
-
-
-def _set_aside(directory: Path, paths: list[Path], step: int) -> None:
-    aside = directory / SUPERSEDED_DIR
-    try:
-        aside.mkdir(exist_ok=True)
-        for path in paths:
-            for one in (path, sidecar_path(path)):
-                if one.exists():
-                    os.replace(one, aside / one.name)
-    except OSError as exc:
-        log.error("shockslurm.train: checkpoints of later steps than this run's %d (%s) could "
-                  "not be moved to %s: %s; a resume would take them", step,
-                  ", ".join(p.name for p in paths), aside, exc)
-        return
-    log.warning("shockslurm.train: checkpoints of later steps than this run's %d are not its "
-                "own (%s): moved to %s, where a resume does not look", step,
-                ", ".join(p.name for p in paths), aside)
 
 
 class CheckpointManager:

@@ -12,7 +12,8 @@ directory; rank 0 then checksums every file into the manifest (written last, fsy
 files and renames the directory onto its name, so a checkpoint directory either is whole with its
 manifest or does not exist (a checkpoint of the same step already there is renamed aside first and
 removed after, `_swap_in`, never deleted before its replacement is in place); then all but the newest `keep` are deleted (`checkpoint.rotate`:
-those of later steps than the one written go to `superseded/`). Reading (`load_latest`,
+those of later steps than the one written go to a new folder of their own under `superseded/`,
+train/superseded.py). Reading (`load_latest`,
 collective): rank 0 checks the newest directories' manifests (a missing, wrong or incomplete one
 is logged and the next older one tried) and tells every rank which one to load; each rank loads
 its shards (`dcp.load`) and puts them into the live model and optimizer (`set_state_dict`).
