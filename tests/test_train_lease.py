@@ -98,3 +98,19 @@ def test_a_stop_file_is_removed_once_its_stop_is_taken(tmp_path):
     assert not stop.exists()
     with trainer() as again:              # the requeued run trains on
         assert not any(again.step() for _ in range(3))
+
+
+def test_a_stop_file_is_removed_when_a_signal_asked_for_the_stop_first(tmp_path):
+    """The daemon's signal and an administrator's stop file both: the stop's reason is the
+    signal, and the file (removed only for a stop it asked for itself) stopped the requeued
+    job, same job id, at its first step forever."""
+    stop = tmp_path / ".shockslurm-stop-77"
+    stop.touch()
+    lease = Lease(stop_file=stop, file_poll_s=0.0)
+    lease._handler(signal.SIGUSR1, None)
+    assert lease.poll() == (True, False) and lease.reason == "signal SIGUSR1"
+    lease.consume_stop_file()
+    assert not stop.exists()
+    requeued = Lease(stop_file=stop, file_poll_s=0.0)
+    assert requeued.poll() == (False, False)
+    requeued.consume_stop_file()          # no stop taken: nothing to remove, nothing raised

@@ -13,8 +13,9 @@ helper itself never calls scontrol.
 A stop is also requested by a file (an administrator's or a script's `touch`; the daemon
 signals): `$SHOCKSLURM_STOP_FILE`, by default `$SLURM_SUBMIT_DIR/.shockslurm-stop-$SLURM_JOB_ID`.
 It is looked at no more often than every `file_poll_s` seconds (a stat on a shared filesystem is
-not free), and removed once the stop it asked for is taken (`consume_stop_file`): left there, it
-would stop the requeued job (same job id) again at its first step, every time.
+not free), and removed once a stop is taken, whatever asked for it (a signal before it, too:
+`consume_stop_file`): left there, it would stop the requeued job (same job id) again at its
+first step, every time.
 
 Under srun and torchrun every rank has its own lease; when torch.distributed is initialised the
 ranks agree (all-reduce MAX of the flag, `poll`) so that all of them stop at the same step.
@@ -133,8 +134,10 @@ class Lease:
         self._installed = False
 
     def consume_stop_file(self) -> None:
-        """Remove the stop file once the stop it asked for is taken (every rank may call it)."""
-        if self.stop_file is not None and self.reason == f"stop file {self.stop_file}":
+        """Remove the stop file, when there is one, once a stop is taken (every rank may call
+        it), whatever asked for the stop: a signal that came first leaves the reason its own,
+        and the file left there stopped the requeued job at its first step, every time."""
+        if self.stop_file is not None and self._flag:
             try:
                 self.stop_file.unlink(missing_ok=True)
             except OSError as exc:
