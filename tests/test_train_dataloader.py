@@ -138,15 +138,45 @@ def test_batches_refuses_another_batch_size_mid_epoch(tmp_path):
     st.close()
 
 
-def test_a_shuffling_loader_resumes_on_the_same_order(tmp_path):
+class Drawn(torch.utils.data.Sampler[int]):
+    """A sampler of the user's own that draws its order from `generator` (None: the global
+    RNG), as torch's random samplers do."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.generator = n, None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
+
+LOADERS = {
+    "shuffle=True": lambda data: DataLoader(data, batch_size=4, shuffle=True),
+    "SubsetRandomSampler": lambda data: DataLoader(
+        data, batch_size=4, sampler=torch.utils.data.SubsetRandomSampler(range(32))),
+    "WeightedRandomSampler": lambda data: DataLoader(
+        data, batch_size=4,
+        sampler=torch.utils.data.WeightedRandomSampler(torch.ones(32), 32, replacement=False)),
+    "own sampler, generator None": lambda data: DataLoader(data, batch_size=4,
+                                                           sampler=Drawn(32)),
+}
+
+
+@pytest.mark.parametrize("stop_at", [3, 11])        # in the first epoch, in the second
+@pytest.mark.parametrize("kind", sorted(LOADERS))
+def test_a_shuffling_loader_resumes_on_the_same_order(tmp_path, kind: str, stop_at: int):
     """`DataLoader(shuffle=True)` without our sampler: its order came from the global RNG when
     the epoch began, which a resume restores to the stop's state: the resumed epoch dropped the
-    wrong batches (25 distinct samples of 32). Now from (seed, epoch), and exact."""
+    wrong batches (25 distinct samples of 32). Now from (seed, epoch), and exact; so too for
+    SubsetRandomSampler, WeightedRandomSampler and any sampler whose `generator` is None, which
+    still drew from the global RNG (23 and 25 distinct samples of 32)."""
     data = torch.utils.data.TensorDataset(torch.arange(32))
 
     def run(ckpt: Path, stop_at: int | None = None) -> list[int]:
         torch.manual_seed(0)
-        loader = DataLoader(data, batch_size=4, shuffle=True)
+        loader = LOADERS[kind](data)
         seen: list[int] = []
         with ShockTrainer(torch.nn.Linear(1, 1), None, ckpt_dir=ckpt, every_seconds=None,
                           lease=Lease(stop_file=False), reporter=Reporter(None)) as st:
@@ -161,8 +191,8 @@ def test_a_shuffling_loader_resumes_on_the_same_order(tmp_path):
 
     ref = run(tmp_path / "ref")
     assert sorted(ref[:32]) == sorted(ref[32:]) == list(range(32)) and ref[:32] != ref[32:]
-    first = run(tmp_path / "ck", stop_at=3)
-    assert first + run(tmp_path / "ck") == ref
+    first = run(tmp_path / "ck", stop_at=stop_at)
+    assert len(first) == 4 * stop_at and first + run(tmp_path / "ck") == ref
 
 
 def test_epochs_says_that_every_rank_gets_the_same_batches(tmp_path, monkeypatch, caplog):

@@ -16,7 +16,8 @@ and the batch size (the user's schedule: one DataLoader per batch size) stay the
 
 Exactness also needs the DataLoader not to draw from the global torch RNG: `ShockTrainer.batches`
 gives it a generator seeded from (seed, epoch) before each epoch, from which the workers' seeds
-come. Randomness inside the dataset's `__getitem__` in worker processes continues from those
+come, and one to a sampler not ours that draws its order from a generator (`seed_sampler`:
+`shuffle=True`, SubsetRandomSampler, WeightedRandomSampler, ...). Randomness inside the dataset's `__getitem__` in worker processes continues from those
 seeds, so it resumes exactly only when it is seeded per sample (e.g. from the index).
 """
 
@@ -47,6 +48,32 @@ def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     """A generator for a DataLoader's epoch (its workers' base seed), apart from the order's."""
     return torch.Generator().manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
+
+
+class SamplerGenerator(torch.Generator):
+    """The generator `ShockTrainer.batches` gives a sampler not its own for an epoch (so a
+    sampler holding one gets the next epoch's too)."""
+
+
+# torch's samplers that draw their order from `.generator` when an epoch's iterator is made
+_TORCH_RANDOM_SAMPLERS = (torch.utils.data.RandomSampler, torch.utils.data.SubsetRandomSampler,
+                          torch.utils.data.WeightedRandomSampler)
+
+
+def seed_sampler(sampler: Any, seed: int, epoch: int) -> None:
+    """Give a sampler that is not a `ResumableSampler` a generator seeded from (seed, epoch),
+    the DataLoader's own, when it draws its order from one: torch's random samplers
+    (`shuffle=True`'s RandomSampler, SubsetRandomSampler, WeightedRandomSampler; a generator
+    they were built with is replaced, no checkpoint holds its state) and any other sampler
+    whose `generator` attribute is None (it would draw from the global RNG, which a resume puts
+    back as it was at the stop) or one given here before. So a resumed epoch loads and drops
+    the same batches it trained on, and the global RNG is left alone."""
+    current = getattr(sampler, "generator", ())
+    if isinstance(sampler, _TORCH_RANDOM_SAMPLERS) or current is None or isinstance(
+            current, SamplerGenerator):
+        gen = SamplerGenerator()
+        gen.manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
+        sampler.generator = gen
 
 
 class ResumableSampler(torch.utils.data.Sampler[int]):

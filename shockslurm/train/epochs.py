@@ -15,7 +15,7 @@ import torch
 
 from . import _env
 from .data import (ResumableSampler, SamplerSeeds, epoch_generator, permutation,
-                   resumable_sampler)
+                   resumable_sampler, seed_sampler)
 from .reports import Reporter
 from .window import ThroughputWindow
 
@@ -239,12 +239,8 @@ class EpochLoops:
                         "DataLoader sampler=st.sampler(dataset) to skip them without loading)",
                         skip)
         loader.generator = epoch_generator(self.seed, self.epoch)
-        if sampler is None and isinstance(inner, torch.utils.data.RandomSampler):
-            # `shuffle=True`: its order is drawn when the epoch's iterator is made, from the
-            # global RNG or the generator the DataLoader was built with (whose state no
-            # checkpoint holds). From (seed, epoch), a resumed epoch loads and drops the same
-            # batches it trained on, and the global RNG is left alone.
-            inner.generator = epoch_generator(self.seed, self.epoch)
+        if sampler is None:      # `shuffle=True`, SubsetRandomSampler, ...: from (seed, epoch)
+            seed_sampler(inner, self.seed, self.epoch)
         try:
             self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
         except TypeError:                         # an IterableDataset without __len__
