@@ -343,6 +343,11 @@ class Snapshot:
         """Where the job holds GPUs now, else the nodes it is pinned to, else None."""
         return self.placements.get(job_id) or self.pinned.get(job_id)
 
+    def runs_at(self, job_id: int, shares: NodeShares) -> bool:
+        """Whether the job holds GPUs now exactly as `shares` says (it stays where it runs)."""
+        held = self.placements.get(job_id)
+        return held is not None and tuple(held) == tuple(shares)
+
     def job(self, job_id: int) -> JobView:
         for j in self.jobs:
             if j.job_id == job_id:

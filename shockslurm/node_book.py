@@ -146,26 +146,23 @@ class NodeBook:
                 return ((self.nodes[i].name, gang),)
         return None
 
-    def takes_whole(self, shares: NodeShares) -> bool:
-        """Whether a gang on `shares` takes its nodes whole: a multi-node gang of the cluster's
-        laid out as rule 1 lays it (every node full but at most one, the last: its shares are
-        never all equal then). One that Slurm spread in equal parts of nodes (`-N3
-        --gres=gpu:4`: 4 on each, on nodes of 8, or of 4, 4 and 8) takes its GPUs only."""
-        if not self.multi_node(sum(g for _, g in shares)):
-            return False
-        partial = sum(g < self._cap[self._index[n]] for n, g in shares)
-        return partial == 0 or (partial == 1 and len({g for _, g in shares}) > 1)
+    def holds_whole(self, gang: int, parts: int = 1, running: bool = False) -> bool:
+        """Whether a gang holds its nodes whole: a multi-node gang of the cluster's (rule 1)
+        that does not run yet, placed new or released to start there, since Slurm, not the
+        plan, chooses how its GPUs split over those nodes (`--gpus=12` on nodes of 8: 8 and 4,
+        or 7 and 5). A running gang holds the GPUs Slurm gave it, one that asks for several
+        nodes itself (`parts`) its equal parts, one limited to smaller nodes its GPUs."""
+        return not running and parts == 1 and self.multi_node(gang)
 
-    def take_at(self, shares: NodeShares) -> bool:
+    def take_at(self, shares: NodeShares, whole: bool = False) -> bool:
         """Place a gang exactly where `shares` says (rule 2); False, and nothing taken, when a
-        node is unknown or lacks room. A gang that takes its nodes whole (`takes_whole`) needs
-        them wholly free."""
+        node is unknown or lacks room. A gang that holds its nodes `whole` (`holds_whole`)
+        needs them wholly free."""
         if not shares or any(n not in self._index or g <= 0 for n, g in shares):
             return False
         if len({n for n, _ in shares}) != len(shares):
             return False
         idx = [self._index[n] for n, _ in shares]
-        whole = self.takes_whole(shares)
         for i, (_, g) in zip(idx, shares):
             if (self._free[i] != self._cap[i]) if whole else (self._free[i] < g):
                 return False
@@ -173,9 +170,9 @@ class NodeBook:
             self._use(i, self._cap[i] if whole else g)
         return True
 
-    def release(self, shares: NodeShares) -> None:
-        """Give back what `take` or `take_at` took for `shares`."""
-        whole = self.takes_whole(shares)
+    def release(self, shares: NodeShares, whole: bool = False) -> None:
+        """Give back what `take` or `take_at` took for `shares` (`whole`: as `take_at` was
+        told, or as `holds_whole` says of a gang `take` placed)."""
         for name, g in shares:
             i = self._index[name]
             self._give(i, self._cap[i] if whole else g)
@@ -186,27 +183,22 @@ class NodeBook:
         """Where `take` puts a gang that runs as `count` equal parts on as many nodes (of
         `within`, when given), taking nothing: `prefer` when it is that shape and has room, else
         each part on the best fit (the fewest free GPUs that hold it; then the fewest GPUs in
-        `avoid`, then node order). Parts that fill their nodes as a multi-node gang's do
-        (`takes_whole`) need wholly free nodes. None when too few nodes have room, or the gang
-        does not split evenly."""
+        `avoid`, then node order). None when too few nodes have room, or the gang does not
+        split evenly."""
         if count <= 0 or gang % count:
             return None
         part = gang // count
         nodes = None if within is None else self.node_set(within).indices
         if prefer is not None and len(prefer) == count and self._holds(prefer, part, nodes):
-            return tuple(prefer)            # (`_holds` checks the whole-node rule too)
+            return tuple(prefer)
         fits = [i for f in self._levels[bisect_left(self._levels, part):]
                 for i in self._by_free[f] if nodes is None or i in nodes]
         key = (lambda i: (self._free[i], i)) if not avoid else \
             (lambda i: (self._free[i], avoid.get(self.nodes[i].name, 0), i))
-        for candidates in (fits, [i for i in fits if i in self._whole]):
-            chosen = sorted(sorted(candidates, key=key)[:count])
-            if len(chosen) < count:
-                return None
-            shares = tuple((self.nodes[i].name, part) for i in chosen)
-            if not self.takes_whole(shares) or all(i in self._whole for i in chosen):
-                return shares
-        return None
+        chosen = sorted(sorted(fits, key=key)[:count])
+        if len(chosen) < count:
+            return None
+        return tuple((self.nodes[i].name, part) for i in chosen)
 
     def _holds(self, shares: NodeShares, part: int, nodes: Collection[int] | None) -> bool:
         """Whether `shares` are `part` GPUs on distinct known nodes (of `nodes` when given),
@@ -214,10 +206,8 @@ class NodeBook:
         if any(n not in self._index or g != part for n, g in shares):
             return False
         idx = {self._index[n] for n, _ in shares}
-        whole = self.takes_whole(shares)
         return len(idx) == len(shares) and all(
-            self._free[i] >= part and (nodes is None or i in nodes)
-            and (not whole or i in self._whole) for i in idx)
+            self._free[i] >= part and (nodes is None or i in nodes) for i in idx)
 
     def _take_whole(self, gang: int, indices: Collection[int] | None = None
                     ) -> NodeShares | None:

@@ -8,6 +8,9 @@ the result depends only on its input:
 1. A gang is *single-node* when some node of the cluster has at least its GPUs: it then sits on
    one node. A larger gang is *multi-node*: it takes whole free nodes (the largest first, as few
    as cover it) and no other gang shares them; the GPUs of its last node beyond the gang idle.
+   So does one released to start on nodes it does not hold yet (Slurm chooses how its GPUs
+   split over them). Once it runs it holds what Slurm gave it, GPUs on each node, and other
+   gangs may use the rest (`NodeBook.holds_whole`).
    A job limited to some nodes (`allowed`: on the live cluster its partition's, of its GPU
    type, those its user's own limits leave it) is placed on those only, by the same rules
    among them: a gang larger than each of them takes whole free ones of them, but only its
@@ -16,8 +19,8 @@ the result depends only on its input:
    as that many equal parts, each on its own node by best fit, and is placed with the
    multi-node gangs.
 2. Planned jobs that hold GPUs now stay where they are when their nodes still have room
-   (multi-node gangs first, then by job id; one Slurm spread over parts of nodes, as
-   `-N3 --gres=gpu:4` on nodes of 8, holds its GPUs there only: `NodeBook.takes_whole`); so
+   (multi-node gangs first, then by job id; each holds its GPUs there, as `-N3 --gres=gpu:4`
+   on nodes of 8 or `--gpus=10` as 8 and 2, not its nodes whole); so
    do planned jobs released to start on nodes
    they do not hold yet (`pinned`: Slurm may be starting them there as the round reads, and
    a job sent elsewhere then starts where it was pinned, on GPUs the plan gave another).
@@ -66,12 +69,20 @@ from .node_book import NodeBook, NodeSets, new_order, stay_order
 @dataclass(frozen=True)
 class Allowed:
     """The nodes each job limited to some may run on (job id -> node names), the node count of
-    each job that asks for several nodes (`spread`: job id -> N, its gang in N equal parts), and
+    each job that asks for several nodes (`spread`: job id -> N, its gang in N equal parts), the
+    jobs that hold GPUs now and where (`running`: what they hold is what Slurm gave them), and
     the node sets the books of one placement share (each job's set read once)."""
 
     nodes: Mapping[int, frozenset[str]]
     spread: Mapping[int, int] = field(default_factory=dict)
+    running: Mapping[int, NodeShares] = field(default_factory=dict)
     sets: NodeSets = field(default_factory=dict)
+
+    def whole(self, book: NodeBook, job_id: int, shares: NodeShares) -> bool:
+        """Whether the job's gang on `shares` holds its nodes whole (`NodeBook.holds_whole`:
+        not where it runs now)."""
+        return book.holds_whole(sum(g for _, g in shares), self.parts(job_id),
+                                tuple(self.running.get(job_id, ())) == tuple(shares))
 
     def get(self, job_id: int) -> frozenset[str] | None:
         return self.nodes.get(job_id)
@@ -122,14 +133,14 @@ class Placement:
         return frozenset(self.shares)
 
 
-def _stay(book: NodeBook, gangs: Mapping[int, int], running: Mapping[int, NodeShares]
-          ) -> dict[int, NodeShares]:
+def _stay(book: NodeBook, gangs: Mapping[int, int], running: Mapping[int, NodeShares],
+          allowed: Allowed) -> dict[int, NodeShares]:
     """Rule 2: the planned jobs that hold their whole gang now stay where they are, when their
     nodes still have room (taken in `book`)."""
     shares: dict[int, NodeShares] = {}
     stay = [j for j in gangs if j in running and sum(g for _, g in running[j]) == gangs[j]]
     for j in stay_order(book, gangs, stay):
-        if book.take_at(running[j]):
+        if book.take_at(running[j], allowed.whole(book, j, running[j])):
             shares[j] = tuple(running[j])
     return shares
 
@@ -139,7 +150,7 @@ def _place_keeping(nodes: Sequence[Node], gangs: Mapping[int, int],
                    allowed: Allowed) -> tuple[NodeBook, dict[int, NodeShares]]:
     """Rules 2 and 3: running planned jobs stay, the others fill in."""
     book = allowed.book(nodes, reserved)
-    shares = _stay(book, gangs, running)
+    shares = _stay(book, gangs, running, allowed)
     left = [j for j in gangs if j not in shares]
     avoid = allowed.demand(left) or None       # gangs leave limited ones their nodes
     for j in allowed.order(book, gangs, left):
@@ -160,7 +171,7 @@ def _displace(nodes: Sequence[Node], gangs: Mapping[int, int],
     shares: dict[int, NodeShares] = {}
     on_node: dict[str, list[int]] = {}
     for j, where in placed.items():
-        book.take_at(where)
+        book.take_at(where, allowed.whole(book, j, where))
         shares[j] = where
         if len(where) == 1 and not book.multi_node(gangs[j]):
             on_node.setdefault(where[0][0], []).append(j)
@@ -230,7 +241,7 @@ def _fill(nodes: Sequence[Node], gangs: Mapping[int, int], running: Mapping[int,
     to the fewest nodes first, they have fewer to go to, then rule 3's order). Best fit largest
     first misses fits such as gangs 4, 3, 3, 2, 2, 2 on two free nodes of 8 (4+2+2, 3+3+2)."""
     book = allowed.book(nodes, reserved)
-    shares = _stay(book, gangs, running)
+    shares = _stay(book, gangs, running, allowed)
     anywhere: dict[int, deque[int]] = {}     # single-node gangs by size, in rule 3's order
     limited: dict[frozenset[str], dict[int, deque[int]]] = {}   # the same by the nodes allowed
     seen: dict[frozenset[str], int] = {}     # each node set's first job in that order
@@ -293,7 +304,8 @@ def place(nodes: Sequence[Node], gangs: Mapping[int, int],
     skips rule 4 (no running job is moved: what does not fit around them is unplaced)."""
     running = dict(running or {})
     allow = Allowed({j: frozenset(names) for j, names in (allowed or {}).items() if j in gangs},
-                    {j: n for j, n in (node_counts or {}).items() if j in gangs and n > 1})
+                    {j: n for j, n in (node_counts or {}).items() if j in gangs and n > 1},
+                    running)
     waiting = {j: tuple(s) for j, s in (pinned or {}).items() if j not in running
                and (j not in allow or all(n in allow.nodes[j] for n, _ in s))}
     homes = {**waiting, **running}

@@ -49,7 +49,9 @@ def _fits(plan: RoundPlan, snapshot: Snapshot, gang: Mapping[int, int]) -> bool:
     return all(sum(g for _, g in plan.placement[j]) == gang[j]
                and (j not in allowed or all(n in allowed[j] for n, _ in plan.placement[j]))
                and (snapshot.parts(j) == 1 or _in_parts(plan.placement[j], snapshot.parts(j)))
-               and book.take_at(tuple(plan.placement[j]))
+               and book.take_at(tuple(plan.placement[j]),
+                                book.holds_whole(gang[j], snapshot.parts(j),
+                                                 snapshot.runs_at(j, plan.placement[j])))
                for j in stay_order(book, gang, plan.run))
 
 

@@ -15,7 +15,7 @@ from shockslurm.policies.fifo import Fifo
 from shockslurm.policies.shockwave.packing import pack, priority_layout
 
 from .conftest import make_view
-from .test_placement import PROPS, _check_capacity_and_shape, cases
+from .test_placement import PROPS, _book_holding, _check_capacity_and_shape, cases
 
 
 def _allowed(data, nodes, jobs) -> dict[int, frozenset[str]]:
@@ -33,13 +33,11 @@ def test_a_limited_job_is_placed_on_its_nodes_only_and_nothing_that_fits_is_drop
     gangs = {**{j: sum(g for _, g in s) for j, s in running.items()}, **plan}
     staying = {j for j, s in result.shares.items() if s == running.get(j)}
     _check_capacity_and_shape(nodes, gangs, reserved, result,
-                              {j: a for j, a in allowed.items() if j not in staying})
+                              {j: a for j, a in allowed.items() if j not in staying}, running)
     for j, shares in result.shares.items():
         if j in allowed and shares != running.get(j):     # a running job may stay where it is
             assert {n for n, _ in shares} <= allowed[j], (j, shares, allowed[j])
-    book = NodeBook(nodes, reserved)
-    for shares in result.shares.values():
-        assert book.take_at(shares)
+    book = _book_holding(nodes, reserved, result.shares, running)
     for j in result.unplaced:
         assert not book.can_take(plan[j], allowed.get(j)), f"job {j} was dropped but fits"
     # the same input in another order gives the same placement

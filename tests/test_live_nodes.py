@@ -384,12 +384,15 @@ def test_a_released_job_slurm_may_be_starting_stays_on_its_pinned_node():
 
 def test_only_released_jobs_with_a_readable_pin_are_pinned():
     """Held jobs keep their old ReqNodeList but Slurm starts none of them; a released job with
-    no list, an unreadable one, GPUs that do not split over its nodes, or a node outside the
-    managed partitions is not pinned; a 2-node gang is pinned on both nodes."""
+    no list, an unreadable one, GPUs per node that do not split over its nodes, or a node
+    outside the managed partitions is not pinned; a 2-node gang is pinned on both nodes, and
+    so is a `--gpus=3` job (Slurm splits it as it finds room: its shares split it as evenly as
+    they go)."""
     jobs = [replace(job(1, gpus=2), required_nodes="gpu01"),                       # held
             replace(job(2, priority=9, reason="None"), required_nodes=""),
             replace(job(3, priority=9, reason="None"), required_nodes="gpu[01"),
-            replace(job(4, priority=9, reason="None", gpus=0), gpus_per_job=3,
+            replace(job(4, priority=9, reason="None", gpus=3), required_nodes="gpu[01-02]"),
+            replace(job(8, priority=9, reason="None", gpus=0), gpus_per_job=3,
                     required_nodes="gpu[01-02]"),
             replace(job(5, priority=9, reason="None"), required_nodes="cpu01"),
             replace(job(6, priority=9, reason="None", gpus=8), nodes=2,
@@ -397,4 +400,4 @@ def test_only_released_jobs_with_a_readable_pin_are_pinned():
             replace(job(7, priority=9, reason="None", gpus=8, managed=False),
                     required_nodes="gpu04")]                                       # not ours
     snap = SlurmCluster(NodesBackend(jobs)).observe(1000.0)
-    assert snap.pinned == {6: (("gpu03", 8), ("gpu04", 8))}
+    assert snap.pinned == {6: (("gpu03", 8), ("gpu04", 8)), 8: (("gpu01", 2), ("gpu02", 1))}

@@ -340,3 +340,31 @@ def test_a_node_range_is_read_and_fixed_at_its_minimum_when_released():
                              "ReqNodeList=gpu01,gpu03"]
     fixed, = en.diff(RoundPlan(frozenset({7})), [_spread(7)], pins={7: ("gpu01", "gpu03")}).updates
     assert "NumNodes" not in " ".join(fixed.argv())
+    # `-N1-2 --gpus=12` on nodes of 8, planned 8 and 4: its GPUs do not grow with its nodes, so
+    # its range is left as it is (fixed at one node, the pin to two contradicted it, and without
+    # a pin it asked 12 GPUs of one 8-GPU node, which never runs)
+    total = replace(ranged, gpus_per_node=0, gpus_per_job=12, nodes=1, max_nodes=2)
+    pinned, = en.diff(RoundPlan(frozenset({7})), [total], pins={7: ("gpu01", "gpu02")}).updates
+    assert pinned.argv() == ["scontrol", "update", "JobId=7", "ReqNodeList=gpu01,gpu02"]
+    assert not en.diff(RoundPlan(frozenset({7})), [replace(total, priority=1)]).updates
+
+
+def test_a_released_gpus_job_pinned_to_two_nodes_holds_them_whole_until_it_runs():
+    """`--gpus=12` released pinned to gpu01 and gpu02 (nodes of 8), not started: read back as
+    shares of its pin (6 and 6; 7 and 6 for 13 GPUs, which were not read as pinned at all),
+    it holds both nodes whole, since Slurm chooses its split when it starts (8 and 4, or 7 and
+    5): two 2-GPU jobs are not planned beside it (they were, on 6 and 6, and then waited in
+    Reason=Resources). Once it runs, it holds the GPUs Slurm gave it and they fit beside it."""
+    nodes = [SlurmNode(f"gpu0{i}", "idle", 8, 0, ("gpu",)) for i in (1, 2)]
+    total = replace(job(1), gpus_per_node=0, gpus_per_job=12, nodes=2, priority=100,
+                    reason="Resources", required_nodes="gpu01,gpu02")
+    small = [job(2, gpus=2), job(3, gpus=2)]
+    layout = read_layout(nodes, [total, *small], ("gpu",), lambda j: True)
+    assert layout is not None and layout.pinned == {1: (("gpu01", 6), ("gpu02", 6))}
+    placed = place(layout.nodes, {1: 12, 2: 2, 3: 2}, pinned=layout.pinned)
+    assert placed.shares[1] == layout.pinned[1] and placed.unplaced == (2, 3), placed
+    odd = read_layout(nodes, [replace(total, gpus_per_job=13)], ("gpu",), lambda j: True)
+    assert odd is not None and odd.pinned == {1: (("gpu01", 7), ("gpu02", 6))}
+    running = place(layout.nodes, {1: 12, 2: 2, 3: 2},
+                    running={1: (("gpu01", 8), ("gpu02", 4))})
+    assert not running.unplaced and running.shares[1] == (("gpu01", 8), ("gpu02", 4)), running

@@ -49,18 +49,35 @@ def cases(draw):
     return nodes, plan, running, reserved
 
 
+def _owns_nodes(nodes, j, shares, running) -> bool:
+    """Whether job `j` on `shares` owns its nodes: a gang larger than every node, not where it
+    runs now (what a running job holds is what Slurm gave it)."""
+    return sum(g for _, g in shares) > max(n.gpus for n in nodes) and \
+        tuple(running.get(j, ())) != tuple(shares)
+
+
+def _book_holding(nodes, reserved, placed, running) -> NodeBook:
+    """A fresh book with every placed gang taken where it sits (asserting each fits)."""
+    book = NodeBook(nodes, reserved)
+    for j, shares in placed.items():
+        assert book.take_at(shares, _owns_nodes(nodes, j, shares, running)), (j, shares)
+    return book
+
+
 def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement,
-                              allowed=None) -> None:
+                              allowed=None, running=None) -> None:
     """Nodes within capacity, gangs whole, a gang on one node when one it may use holds it
-    (`allowed`: the nodes of the jobs limited to some), multi-node gangs owning their nodes."""
+    (`allowed`: the nodes of the jobs limited to some), multi-node gangs owning their nodes
+    unless they stay where they run (`running`)."""
     cap = {n.name: n.gpus for n in nodes}
-    largest = max(cap.values())
     used = {n: reserved.get(n, 0) for n in cap}
     owners: dict[str, set[int]] = {n: set() for n in cap}
+    owning = {j for j, shares in result.shares.items()
+              if _owns_nodes(nodes, j, shares, running or {})}
     for j, shares in result.shares.items():
         assert sum(g for _, g in shares) == gangs[j], f"gang of job {j} not whole"
         assert len({n for n, _ in shares}) == len(shares)
-        multi = gangs[j] > largest
+        multi = j in owning
         within = (allowed or {}).get(j, cap)
         if gangs[j] <= max((cap[n] for n in within if n in cap), default=0):
             assert len(shares) == 1, f"job {j} fits one node but spans {shares}"
@@ -70,10 +87,9 @@ def _check_capacity_and_shape(nodes, gangs, reserved, result: Placement,
             owners[n].add(j)
     for n in cap:
         assert used[n] <= cap[n], f"node {n} over capacity"
-    for j, shares in result.shares.items():
-        if gangs[j] > largest:
-            for n, _ in shares:
-                assert owners[n] == {j}, f"multi-node job {j} shares node {n}"
+    for j in owning:
+        for n, _ in result.shares[j]:
+            assert owners[n] == {j}, f"multi-node job {j} shares node {n}"
 
 
 @PROPS
@@ -82,7 +98,7 @@ def test_placement_respects_nodes_and_gangs(case) -> None:
     nodes, plan, running, reserved = case
     result = place(nodes, plan, running, reserved)
     gangs = {**{j: sum(g for _, g in s) for j, s in running.items()}, **plan}
-    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    _check_capacity_and_shape(nodes, gangs, reserved, result, running=running)
     # every planned job is placed or reported unplaced; only running jobs are kept beside them
     assert set(result.shares) | set(result.unplaced) == set(plan) | set(result.kept)
     assert not set(result.unplaced) & set(result.shares)
@@ -98,9 +114,7 @@ def test_placement_respects_nodes_and_gangs(case) -> None:
 def test_nothing_left_unplaced_that_still_fits(case) -> None:
     nodes, plan, running, reserved = case
     result = place(nodes, plan, running, reserved)
-    book = NodeBook(nodes, reserved)
-    for j, shares in result.shares.items():
-        assert book.take_at(shares)
+    book = _book_holding(nodes, reserved, result.shares, running)
     for j in result.unplaced:
         assert not book.can_take(plan[j]), f"job {j} was dropped but fits"
 
@@ -140,7 +154,7 @@ def test_released_jobs_stay_on_their_pinned_nodes_and_are_never_moved_or_kept(ca
     pinned = {j: s for j, s in sitting.items() if j in released}
     result = place(nodes, plan, running, reserved, pinned=pinned)
     gangs = {**{j: sum(g for _, g in s) for j, s in sitting.items()}, **plan}
-    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    _check_capacity_and_shape(nodes, gangs, reserved, result, running=running)
     assert not set(result.moved) & released and not set(result.kept) & released
     assert set(result.kept) <= set(running) - set(plan)
     same = place(nodes, {j: gangs[j] for j in sitting}, running, reserved, pinned=pinned)
@@ -308,9 +322,10 @@ def test_release_gives_back_what_take_took() -> None:
     whole = book.take(6)
     single = book.take(3)
     assert whole == (("node01", 4), ("node02", 2)) and book.free_gpus == 1
-    assert not book.can_take(2)
-    book.release(whole)
-    assert book.free_gpus == 9 and book.can_take(6) and book.take_at(whole)
+    assert not book.can_take(2) and book.holds_whole(6)
+    book.release(whole, whole=True)
+    assert book.free_gpus == 9 and book.can_take(6) and book.take_at(whole, whole=True)
+    assert book.free_gpus == 1
     book.release(single)
     assert book.free_on("node03") == 4
 
@@ -368,7 +383,7 @@ def test_placing_again_around_kept_jobs_moves_none_of_them_and_fits_the_nodes(ca
         assert j not in running or j in movable or shares == tuple(running[j]), j
     assert again.run == frozenset(again.placement)
     result = Placement(again.placement)
-    _check_capacity_and_shape(nodes, gangs, reserved, result)
+    _check_capacity_and_shape(nodes, gangs, reserved, result, running=running)
 
 
 def test_a_start_blocked_by_a_kept_job_goes_to_the_node_the_plan_frees() -> None:
@@ -422,17 +437,41 @@ def test_gangs_that_fill_nodes_exactly_are_all_placed() -> None:
 def test_a_gang_slurm_spread_over_parts_of_nodes_takes_its_gpus_only():
     """A running `-N3 --gres=gpu:4` job on nodes of 8 holds 4 GPUs on each of its nodes (as
     Slurm allocated it, read into `placements`): the other 4 of each stay free for others. A
-    gang rule 1 laid out (whole nodes, at most one partly used) still takes its nodes whole."""
+    multi-node gang that does not run yet still takes its nodes whole."""
     nodes = parse_cluster_shape("4x8")
     spread = (("node01", 4), ("node02", 4), ("node03", 4))
     book = NodeBook(nodes)
-    assert not book.takes_whole(spread) and book.takes_whole((("node01", 8), ("node02", 4)))
+    assert book.holds_whole(12) and not book.holds_whole(12, running=True)
+    assert not book.holds_whole(12, parts=3) and not book.holds_whole(8)
     assert book.take_at(spread) and book.free_gpus == 20
     book.release(spread)
     assert book.free_gpus == 32
     whole = NodeBook(nodes)
-    assert whole.take_at((("node01", 8), ("node02", 4))) and whole.free_gpus == 16
+    assert whole.take_at((("node01", 8), ("node02", 4)), whole=True) and whole.free_gpus == 16
+    whole.release((("node01", 8), ("node02", 4)), whole=True)
+    assert whole.free_gpus == 32
     placed = place(nodes, {1: 12, 2: 4, 3: 4, 4: 4, 5: 8}, running={1: spread})
     assert placed.shares[1] == spread and not placed.unplaced
     assert set(placed.shares) == {1, 2, 3, 4, 5}, placed
     assert all(len(placed.shares[j]) == 1 for j in (2, 3, 4, 5)), placed
+
+
+def test_a_running_gpus_gang_slurm_split_holds_its_gpus_only():
+    """A running `--gpus=10` job that Slurm split 8 and 2 on nodes of 8 holds those GPUs, not
+    node02 whole: the job running on node02's other 6 stays (it was unplaced, and the daemon
+    stopped it, while a gang whose shares looked like rule 1's took its nodes whole)."""
+    running = {1: (("node01", 8), ("node02", 2)), 2: (("node02", 6),)}
+    placed = place(parse_cluster_shape("2x8"), {1: 10, 2: 6}, running=running)
+    assert dict(placed.shares) == running and not placed.unplaced and not placed.moved, placed
+
+
+def test_a_pinned_multi_node_gang_holds_its_nodes_whole():
+    """A `--gpus=12` job released pinned to two nodes of 8 that has not started holds both
+    nodes whole, whatever shares its pin reads as (6 and 6: Slurm splits its GPUs as it finds
+    room, 8 and 4 or 7 and 5): nothing else is planned on them."""
+    pinned = {1: (("node01", 6), ("node02", 6))}
+    placed = place(parse_cluster_shape("3x8"), {1: 12, 2: 2, 3: 2}, pinned=pinned)
+    assert placed.shares[1] == pinned[1] and not placed.unplaced, placed
+    assert placed.shares[2] == placed.shares[3] == (("node03", 2),), placed
+    tight = place(parse_cluster_shape("2x8"), {1: 12, 2: 2, 3: 2}, pinned=pinned)
+    assert tight.shares[1] == pinned[1] and tight.unplaced == (2, 3), tight

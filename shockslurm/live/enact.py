@@ -176,9 +176,9 @@ def diff(plan: RoundPlan, jobs: Sequence[SlurmJob],
 def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
                     nodes: tuple[str, ...]) -> JobUpdate | None:
     """The update a planned pending job needs before it can start, or None: a resize, a pin,
-    a node range fixed at its minimum (the plan counted that many nodes' GPUs; left a range,
-    Slurm would take more), and `StartTime=now` after a requeue or while it waits on
-    BeginTime."""
+    a node range of a job asking GPUs per node fixed at its minimum (the plan counted that many
+    nodes' GPUs; left a range, Slurm would take more), and `StartTime=now` after a requeue or
+    while it waits on BeginTime."""
     new_gres = None
     if gpus_per_node and job.job_id in gpus_per_node and \
             gpus_per_node[job.job_id] != job.gpus_per_node:
@@ -189,7 +189,8 @@ def _pending_update(job: SlurmJob, gpus_per_node: Mapping[int, int] | None,
         start_now = job.reason == BEGIN_TIME_REASON
         if nodes and required_node_names(job) == nodes:
             nodes = ()
-    fixed = max(1, job.nodes) if job.node_range else None
+    # (a `--gpus` job's GPUs do not grow with its nodes: its range is left to Slurm and its pin)
+    fixed = max(1, job.nodes) if job.node_range and not job.gpus_per_job else None
     if new_gres is not None or start_now or nodes or fixed is not None:
         return JobUpdate(job.job_id, new_gres, start_now, nodes, fixed)
     return None

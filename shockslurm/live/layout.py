@@ -127,12 +127,15 @@ def _one_type(node: SlurmNode) -> str | None:
 
 def pinned_shares(job: SlurmJob) -> NodeShares | None:
     """The GPUs per node of a pending job on its required nodes (`ReqNodeList=`, set when the
-    daemon released it), or None: no list, an unreadable one, or GPUs that do not split evenly
-    over the listed nodes."""
+    daemon released it), or None: no list, an unreadable one, more nodes than GPUs, or a job
+    asking GPUs per node whose GPUs do not split evenly over them. A `--gpus` job's split is
+    Slurm's to choose when it starts: its shares split the GPUs as evenly as they go (a
+    multi-node gang that does not run yet holds its nodes whole, `NodeBook.holds_whole`)."""
     names = required_node_names(job)
-    if not names or job.gpus <= 0 or job.gpus % len(names):
+    if not names or job.gpus < len(names) or (not job.gpus_per_job and job.gpus % len(names)):
         return None
-    return tuple((name, job.gpus // len(names)) for name in names)
+    each, extra = divmod(job.gpus, len(names))
+    return tuple((name, each + (i < extra)) for i, name in enumerate(names))
 
 
 RESOURCES_REASON = "Resources"   # squeue state_reason of a job waiting for its nodes (22.05+)

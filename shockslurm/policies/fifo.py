@@ -87,10 +87,12 @@ def _reserve(snapshot: Snapshot, gang: int, within: Collection[str] | None, part
     head's gang fits on nodes (of `within`, the nodes it may run on, when given; in `parts`
     equal parts on as many nodes, when above 1); it takes them then."""
     later = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
-    for shares in where.values():
-        later.take_at(shares)
+    whole = {j: later.holds_whole(_gpus(shares), snapshot.parts(j), snapshot.runs_at(j, shares))
+             for j, shares in where.items()}
+    for job_id, shares in where.items():
+        later.take_at(shares, whole[job_id])
     for job_id in sorted(where, key=lambda j: (ends[j], _gpus(where[j]), j)):
-        later.release(where[job_id])
+        later.release(where[job_id], whole[job_id])
         if later.can_take(gang, within, parts):
             later.take(gang, within=within, spread=parts)
             return _Reservation(ends[job_id], later)
@@ -102,13 +104,14 @@ def _take_in_both(now: NodeBook, later: NodeBook, gang: int,
     """A gang that runs past the head's start: on nodes (of `within` when given) with room now
     and beside the head then (best fit now; whole nodes, in both books, for a multi-node
     gang; in `parts` equal parts, each on a node with room for it in both, when above 1)."""
-    whole = parts == 1 and now.spans(gang, within)
+    spans = parts == 1 and now.spans(gang, within)
     need = gang // parts
-    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if whole else need)
+    room = {n.name for n in later.nodes if later.free_on(n.name) >= (n.gpus if spans else need)
             and (within is None or n.name in within)}
     got = now.take(gang, within=room, spread=parts)
-    if got is not None and not later.take_at(got):
-        now.release(got)            # parts that fill their nodes need them whole then too
+    whole = now.holds_whole(gang, parts)
+    if got is not None and not later.take_at(got, whole):
+        now.release(got, whole)
         return None
     return got
 

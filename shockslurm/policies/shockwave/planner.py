@@ -337,7 +337,8 @@ class Shockwave:
         run = [j for j in chosen if j in placed]
         book = NodeBook(snap.cluster_nodes, snap.reserved)
         for j in run:
-            book.take_at(placed[j])
+            book.take_at(placed[j], book.holds_whole(gang[j], snap.parts(j),
+                                                     snap.runs_at(j, placed[j])))
         if book.free_gpus > 0:
             taken = set(run)
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
