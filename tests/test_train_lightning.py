@@ -59,7 +59,8 @@ def _fit(ckpt: Path, stop_at: int | None = None) -> tuple[Tiny, ShockwaveCallbac
 
 # 10 batches an epoch, 3 epochs. 13: mid-epoch 1, stopped at step 14. 9: the signal comes at
 # epoch 0's last batch, which Lightning has yet to end: the stop is honoured one step later.
-@pytest.mark.parametrize(("signal_at", "stopped_at"), [(13, 14), (9, 11)])
+# 29: at the last epoch's last batch, honoured when training ends (it was dropped: no exit 0).
+@pytest.mark.parametrize(("signal_at", "stopped_at"), [(13, 14), (9, 11), (29, 30)])
 def test_usr1_mid_training_saves_exits_0_and_resumes_bit_identical(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signal_at: int, stopped_at: int):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")             # Lightning thinks it runs on Slurm

@@ -26,18 +26,22 @@ ACCUMULATE = 2       # 10 batches of 8 an epoch: 5 optimizer steps an epoch, 3 e
 
 
 class Tiny(LightningTiny):
-    """Sends itself SIGUSR1 (as Slurm does) in the training step of micro-batch `stop_at`
-    (counted from 1 over the whole run, not optimizer steps), one SGD optimizer."""
+    """Sends itself SIGUSR1 (as Slurm does; or creates `stop_file`) in the training step of
+    micro-batch `stop_at` (counted from 1 over the whole run, not optimizer steps), one SGD
+    optimizer."""
 
-    def __init__(self, stop_at: int | None = None) -> None:
+    def __init__(self, stop_at: int | None = None, stop_file: Path | None = None) -> None:
         super().__init__(None)
         self.stop_at_micro = stop_at
+        self.stop_file = stop_file
         self.micro_batches = 0
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         self.micro_batches += 1
-        if self.micro_batches == self.stop_at_micro:
+        if self.micro_batches == self.stop_at_micro and self.stop_file is not None:
+            self.stop_file.touch()
+        elif self.micro_batches == self.stop_at_micro:
             os.kill(os.getpid(), signal.SIGUSR1)
         return torch.nn.functional.mse_loss(self.net(x), y)
 
@@ -52,11 +56,12 @@ def _data():
 
 
 def _fit(ckpt: Path, *, stop_at: int | None = None, seed: int = 3, every_steps: int = 3,
-         accumulate: int = ACCUMULATE) -> tuple[Tiny, ShockwaveCallback]:
+         accumulate: int = ACCUMULATE, stop_file: Path | None = None
+         ) -> tuple[Tiny, ShockwaveCallback]:
     cb = ShockwaveCallback(ckpt, keep=100, every_steps=every_steps, every_seconds=None,
                            seed=seed, exit_on_stop=False, reporter=Reporter(None),
-                           lease=Lease(stop_file=False))
-    model = Tiny(stop_at)
+                           lease=Lease(stop_file=stop_file or False, file_poll_s=0.0))
+    model = Tiny(stop_at, stop_file)
     data = _data()
     loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
     trainer = pl.Trainer(max_epochs=3, callbacks=[cb], accelerator="cpu", devices=1,
@@ -118,3 +123,18 @@ def test_a_sampler_built_before_the_resume_takes_the_checkpoints_seed(tmp_path: 
     resumed, cb = _fit(tmp_path / "run", seed=4, accumulate=1)
     assert cb.resumed_from is not None and cb.seed == 3
     assert _same_weights(reference, resumed)
+
+
+def test_a_stop_asked_at_the_last_batch_of_the_last_epoch_is_taken(tmp_path: Path):
+    """At an epoch's last batch the stop waits for the next step (Lightning has yet to end the
+    epoch); after the last epoch's there is none: the stop was dropped (no checkpoint of it,
+    should_stop False, no exit 0) and its stop file left to stop the requeued job at once.
+    Now taken when training ends: saved, stopped, the file removed."""
+    stop = tmp_path / ".shockslurm-stop-1"
+    _, cb = _fit(tmp_path / "run", stop_at=30, every_steps=7, accumulate=1, stop_file=stop)
+    assert cb.should_stop and cb.lease.reason == f"stop file {stop}"
+    assert not stop.exists()
+    assert [step for step, _ in _saved(tmp_path / "run")] == [7, 14, 21, 28, 30]
+    _, again = _fit(tmp_path / "run", every_steps=7, accumulate=1, stop_file=stop)
+    assert again.resumed_from == tmp_path / "run" / "ckpt-000000000030.pt"
+    assert not again.should_stop

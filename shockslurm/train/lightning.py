@@ -22,7 +22,8 @@ What it does, as `ShockTrainer` does for a plain loop:
   (a `ResumableSampler`): an interrupted epoch then continues after the batches already trained
   on, so the run ends bit-identical to an uninterrupted one.
 - **Stop**: USR1/TERM, the stop file or `request_stop()` stops training after the current step
-  (agreed by every rank), checkpointed; then, after `fit` has unwound, the process exits 0
+  (agreed by every rank; asked at an epoch's last batch, after the next step, and at the last
+  epoch's, when training ends), checkpointed; then, after `fit` has unwound, the process exits 0
   (`exit_on_stop=False`: `fit` just returns and `cb.should_stop` is True).
 - **Reports**: throughput, batch size, epoch ends and checkpoints, as `ShockTrainer` sends them.
 
@@ -203,11 +204,16 @@ class ShockwaveCallback(pl.Callback):
         if self._save_due or stop:
             self.save(trainer)
         if stop and not self.stopped:
-            self.stopped = True
-            trainer.should_stop = True
-            self.lease.consume_stop_file()
-            log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
-                        self.lease.reason or "stop requested", self.saves.stop_outcome(step))
+            self._take_stop(trainer)
+
+    def _take_stop(self, trainer: pl.Trainer) -> None:
+        """The stop is taken (its checkpoint written): no further step; `teardown` exits 0."""
+        self.stopped = True
+        trainer.should_stop = True
+        self.lease.consume_stop_file()
+        step = trainer.global_step
+        log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
+                    self.lease.reason or "stop requested", self.saves.stop_outcome(step))
 
     def _stepped(self, trainer: pl.Trainer) -> bool:
         """Whether the optimizer stepped in the batch just trained (each batch, or the last of
@@ -217,8 +223,13 @@ class ShockwaveCallback(pl.Callback):
         return stepped
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._save_due:
+        # A stop asked at the last batch of the last epoch (deferred to the next step, which
+        # never came) is taken here, as any other: saved, the stop file removed, exit 0.
+        stop = not self.stopped and self.lease.poll()[0]
+        if self._save_due or stop:
             self.save(trainer)
+        if stop:
+            self._take_stop(trainer)
 
     def _report(self, trainer: pl.Trainer, batch: Any) -> None:
         size = batch_len(batch) * _env.world_size()
