@@ -95,28 +95,40 @@ class _Sink:
         pass
 
 
-def test_an_epochs_partial_last_batch_is_no_batch_size_change(tmp_path: Path):
-    """84 samples in batches of 8: each epoch ends with a batch of 4, which is not a change of
-    batch size (it was reported as 8 -> 4 and 4 -> 8 every epoch, and epochs as done at 4)."""
+# 84 samples in batches of 8: 10 of 8, then one of 4. None: a whole run. 9: stopped after the
+# epoch's 10th batch (step 10), the resumed run begins with the partial one.
+@pytest.mark.parametrize("stop_at", [None, 9])
+def test_an_epochs_partial_last_batch_is_no_batch_size_change(tmp_path: Path,
+                                                              stop_at: int | None):
+    """Each epoch ends with a batch of 4, which is not a change of batch size (it was reported
+    as 8 -> 4 and 4 -> 8 every epoch, and epochs as done at 4). After a resume the batch size
+    before the stop was not known: the partial batch was taken as it, 4, then 4 -> 8 reported."""
     from shockslurm.train.lease import Lease
     from shockslurm.train.reports import Reporter
 
-    sink = _Sink()
-    cb = ShockwaveCallback(tmp_path / "ckpt", every_steps=None, every_seconds=None,
-                           report_interval_s=0.0, reporter=Reporter(sink, job_id=1),
-                           lease=Lease(stop_file=False))
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(84, 4, generator=g)
-    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
-    trainer = pl.Trainer(max_epochs=2, callbacks=[cb], accelerator="cpu", devices=1,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False)
-    try:
-        trainer.fit(Tiny(), loader)
-    finally:
-        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    cb.reporter.close()
+    def fit(stop_at: int | None) -> tuple[ShockwaveCallback, _Sink]:
+        sink = _Sink()
+        cb = ShockwaveCallback(tmp_path / "ckpt", every_steps=None, every_seconds=None,
+                               report_interval_s=0.0, reporter=Reporter(sink, job_id=1),
+                               lease=Lease(stop_file=False), exit_on_stop=False)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(84, 4, generator=g)
+        data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+        loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
+        trainer = pl.Trainer(max_epochs=2, callbacks=[cb], accelerator="cpu", devices=1,
+                             logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False)
+        try:
+            trainer.fit(Tiny(stop_at), loader)
+        finally:
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        cb.reporter.close()
+        return cb, sink
+
+    if stop_at is not None:
+        assert fit(stop_at)[0].should_stop
+    cb, sink = fit(None)
+    assert (cb.resumed_from is not None) == (stop_at is not None)
     kinds = [r["kind"] for r in sink.items]
     assert "batch_size_change" not in kinds, [r for r in sink.items
                                               if r["kind"] == "batch_size_change"]

@@ -137,13 +137,16 @@ class ShockwaveCallback(pl.Callback):
                            checkpoint: dict[str, Any]) -> None:
         loop = trainer.fit_loop.epoch_loop
         checkpoint[STATE_KEY] = {"rng": rng_state(), "seed": self.seed,
-                                 "batches_in_epoch": int(loop.batch_progress.current.ready)}
+                                 "batches_in_epoch": int(loop.batch_progress.current.ready),
+                                 "batch_size": self._batch_size}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         mine = checkpoint.get(STATE_KEY) or {}
         self._rng = mine.get("rng")
         self._skip = int(mine.get("batches_in_epoch", 0))
+        # the batch size before the stop: a partial last batch first after the resume is none
+        self._batch_size = int(mine.get("batch_size", 0))
         # the samplers made already too: the DataLoader is built before `fit` loads this
         self.seed = self._samplers.take(int(mine.get("seed", self.seed)), self.seed)
 
