@@ -25,7 +25,9 @@ What it does, as `ShockTrainer` does for a plain loop:
   (agreed by every rank; asked at an epoch's last batch, after the next step, and at the last
   epoch's, when training ends), checkpointed; then, after `fit` has unwound, the process exits 0
   (`exit_on_stop=False`: `fit` just returns and `cb.should_stop` is True).
-- **Reports**: throughput, batch size, epoch ends and checkpoints, as `ShockTrainer` sends them.
+- **Reports**: throughput, batch size, epoch ends and checkpoints, as `ShockTrainer` sends them;
+  the samples/s over training batches only (validation, checkpoint writes and the loop between
+  epochs left out).
 
 Lightning's own SLURM auto-requeue (`SLURMEnvironment(auto_requeue=True)`, its default on
 Slurm) handles SIGUSR1 by saving an `hpc_ckpt_*.ckpt` and calling `scontrol requeue` itself, and
@@ -249,6 +251,18 @@ class ShockwaveCallback(pl.Callback):
         if rate is not None:
             self.reporter.throughput(rate, self._batch_size, epoch=trainer.current_epoch,
                                      epochs=trainer.max_epochs, step=trainer.global_step)
+
+    # Time outside training batches is no training time (window.py, as `ShockTrainer` leaves
+    # it out): validation, and the loop's own code between epochs (epoch-end hooks, LR
+    # schedulers), up to the next epoch's start.
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._window.idle()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._window.idle()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._window.idle()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.reporter.epoch_done(trainer.current_epoch, trainer.global_step,
