@@ -45,14 +45,18 @@ def permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
     return torch.randperm(n, generator=gen)
 
 
-def epoch_generator(seed: int, epoch: int) -> torch.Generator:
-    """A generator for a DataLoader's epoch (its workers' base seed), apart from the order's."""
-    return torch.Generator().manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
-
-
 class SamplerGenerator(torch.Generator):
     """The generator `ShockTrainer.batches` gives a sampler not its own for an epoch (so a
     sampler holding one gets the next epoch's too)."""
+
+
+def epoch_generator(seed: int, epoch: int, kind: type[torch.Generator] = torch.Generator
+                    ) -> torch.Generator:
+    """A generator for a DataLoader's epoch (its workers' base seed, and a sampler's order not
+    ours: `kind` SamplerGenerator), apart from the order's."""
+    gen = kind()
+    gen.manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
+    return gen
 
 
 # torch's samplers that draw their order from `.generator` when an epoch's iterator is made
@@ -71,9 +75,7 @@ def seed_sampler(sampler: Any, seed: int, epoch: int) -> None:
     current = getattr(sampler, "generator", ())
     if isinstance(sampler, _TORCH_RANDOM_SAMPLERS) or current is None or isinstance(
             current, SamplerGenerator):
-        gen = SamplerGenerator()
-        gen.manual_seed(epoch_seed(seed, epoch) ^ 0x5EED)
-        sampler.generator = gen
+        sampler.generator = epoch_generator(seed, epoch, SamplerGenerator)
 
 
 class ResumableSampler(torch.utils.data.Sampler[int]):
