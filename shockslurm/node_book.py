@@ -18,7 +18,7 @@ from bisect import bisect_left, insort
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence
 
-from .model import Node, NodeShares
+from .model import Node, NodeShares, Snapshot
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,13 @@ class NodeBook:
         if not bucket:
             del self._by_free[free]
             del self._levels[bisect_left(self._levels, free)]
+
+
+def holds_whole_in(book: NodeBook, snapshot: Snapshot, job_id: int, shares: NodeShares) -> bool:
+    """`book.holds_whole` for a job of `snapshot` on `shares`: its gang, the parts it asks for,
+    and whether `shares` are where it runs now."""
+    return book.holds_whole(sum(g for _, g in shares), snapshot.parts(job_id),
+                            snapshot.runs_at(job_id, shares))
 
 
 def stay_order(book: NodeBook, gangs: Mapping[int, int], jobs: Iterable[int]) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from .model import Node, NodeShares, RoundPlan, Snapshot
-from .node_book import NodeBook, stay_order
+from .node_book import NodeBook, holds_whole_in, stay_order
 from .placement import Placement, moved_jobs, place
 
 
@@ -50,8 +50,7 @@ def _fits(plan: RoundPlan, snapshot: Snapshot, gang: Mapping[int, int]) -> bool:
                and (j not in allowed or all(n in allowed[j] for n, _ in plan.placement[j]))
                and (snapshot.parts(j) == 1 or _in_parts(plan.placement[j], snapshot.parts(j)))
                and book.take_at(tuple(plan.placement[j]),
-                                book.holds_whole(gang[j], snapshot.parts(j),
-                                                 snapshot.runs_at(j, plan.placement[j])))
+                                holds_whole_in(book, snapshot, j, plan.placement[j]))
                for j in stay_order(book, gang, plan.run))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Collection
 
 from ..model import JobView, NodeShares, RoundPlan, Snapshot
-from ..node_book import NodeBook, stay_order
+from ..node_book import NodeBook, holds_whole_in, stay_order
 
 
 @dataclass
@@ -87,8 +87,7 @@ def _reserve(snapshot: Snapshot, gang: int, within: Collection[str] | None, part
     head's gang fits on nodes (of `within`, the nodes it may run on, when given; in `parts`
     equal parts on as many nodes, when above 1); it takes them then."""
     later = NodeBook(snapshot.cluster_nodes, snapshot.reserved)
-    whole = {j: later.holds_whole(_gpus(shares), snapshot.parts(j), snapshot.runs_at(j, shares))
-             for j, shares in where.items()}
+    whole = {j: holds_whole_in(later, snapshot, j, shares) for j, shares in where.items()}
     for job_id, shares in where.items():
         later.take_at(shares, whole[job_id])
     for job_id in sorted(where, key=lambda j: (ends[j], _gpus(where[j]), j)):

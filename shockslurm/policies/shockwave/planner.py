@@ -63,7 +63,7 @@ import numpy as np
 
 from ...forecast import Forecast, ForecastState, forecast
 from ...model import RoundPlan, Snapshot
-from ...node_book import NodeBook
+from ...node_book import NodeBook, holds_whole_in
 from ...plan_on_nodes import place_plan
 from .config import ShockwaveConfig
 from .fairness import FairnessSeries
@@ -337,8 +337,7 @@ class Shockwave:
         run = [j for j in chosen if j in placed]
         book = NodeBook(snap.cluster_nodes, snap.reserved)
         for j in run:
-            book.take_at(placed[j], book.holds_whole(gang[j], snap.parts(j),
-                                                     snap.runs_at(j, placed[j])))
+            book.take_at(placed[j], holds_whole_in(book, snap, j, placed[j]))
         if book.free_gpus > 0:
             taken = set(run)
             others = sorted((v.job_id for v in snap.jobs if v.job_id not in taken),
