@@ -140,3 +140,56 @@ def test_a_same_step_save_never_leaves_that_step_without_a_checkpoint(tmp_path: 
     found = fresh.load_latest(torch.nn.Linear(3, 2), None)
     assert found is not None and found[1] == 5 and fresh.extras == {"run": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dcp-000000000005"]
+
+
+def _rank_fails_main(rank: int, port: int, d: str, results: dict) -> None:
+    """Rank 0 fails in the part of a save, then of a load, it does alone; the process group's
+    timeout is 60 s, so a rank left waiting for it would take a minute to learn of it."""
+    import datetime
+    import time
+
+    from shockslurm.train import sharded
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    model, opt = _build(0)
+    mgr = sharded.ShardedCheckpointManager(d)
+
+    def full_disk(directory: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    def unreadable() -> None:
+        raise PermissionError(13, "Permission denied", d)
+
+    if rank == 0:
+        sharded.write_manifest = full_disk           # type: ignore[assignment]
+        mgr._choose = unreadable                     # type: ignore[method-assign]
+    for what, call in (("save", lambda: mgr.save(model, opt, 1)),
+                       ("load", lambda: mgr.load_latest(model, opt))):
+        began = time.monotonic()
+        try:
+            call()
+            results[f"{what}{rank}"] = ("no error", 0.0)
+        except Exception as exc:                     # noqa: BLE001 - what each rank saw
+            results[f"{what}{rank}"] = (f"{type(exc).__name__}: {exc}", time.monotonic() - began)
+    leave_together()
+
+
+def test_rank_zero_failing_alone_fails_every_rank_at_once(tmp_path: Path):
+    """Before, rank 0's error in its own part of a save (checksums, rename, rotation) or a load
+    (choosing the checkpoint) left rank 1 in the next barrier or broadcast until the process
+    group's timeout (NCCL's 10 minutes; here 60 s, then a gloo timeout error on rank 1 alone)."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        spawn_ranks(_rank_fails_main, lambda attempt: (_port(), str(tmp_path / f"ck{attempt}"),
+                                                       results))
+        got = dict(results)
+    assert got["save0"][0] == "OSError: [Errno 28] No space left on device", got
+    assert got["save1"][0] == ("RankZeroFailed: shockslurm.train: rank 0 failed: "
+                               "OSError: [Errno 28] No space left on device"), got
+    assert got["load0"][0].startswith("PermissionError: [Errno 13] Permission denied"), got
+    assert got["load1"][0].startswith("RankZeroFailed: shockslurm.train: rank 0 failed: "
+                                      "PermissionError: [Errno 13]"), got
+    assert got["save1"][1] < 30 and got["load1"][1] < 30, got

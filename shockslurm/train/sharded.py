@@ -30,7 +30,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -40,6 +40,7 @@ from .checkpoint import file_sha256, rotate, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
+T = TypeVar("T")
 
 MANIFEST = "MANIFEST.sha256"
 RANK0_FILE = "rng.pt"       # rank 0's own: every rank's RNG states and the extras
@@ -54,6 +55,36 @@ def _rank() -> int:
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+class RankZeroFailed(RuntimeError):
+    """Raised on every other rank when rank 0 fails in the part of a collective it does alone."""
+
+
+def _on_rank0(work: Callable[[], T]) -> T | None:
+    """Run `work` on rank 0 and hand its outcome to every rank (collective): rank 0 gets the
+    result or its own exception, every other rank None or `RankZeroFailed` naming it. Without
+    this a failure there (a full disk, an unreadable directory) left the other ranks in the next
+    barrier or broadcast until the process group's timeout (10 to 30 minutes)."""
+    rank = _rank()
+    error: BaseException | None = None
+    result: T | None = None
+    if rank == 0:
+        try:
+            result = work()
+        except Exception as exc:       # noqa: BLE001 - reported to every rank, then re-raised
+            error = exc
+    if dist.is_available() and dist.is_initialized():
+        outcome: list[Any] = [None if error is None else f"{type(error).__name__}: {error}",
+                              result]
+        dist.broadcast_object_list(outcome, src=0)
+        if rank != 0:
+            if outcome[0] is not None:
+                raise RankZeroFailed(f"shockslurm.train: rank 0 failed: {outcome[0]}")
+            return cast(T, outcome[1])
+    if error is not None:
+        raise error
+    return result
 
 
 def _digest(path: Path) -> str:
@@ -119,30 +150,37 @@ class ShardedCheckpointManager:
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
              extras: dict[str, Any] | None = None) -> Path:
         """Checkpoint (collective); returns the checkpoint's directory. Rank 0 checksums every
-        rank's files while the others wait in a barrier, which fails after the process group's
-        timeout (NCCL's default: 10 minutes): a large checkpoint needs a longer one."""
+        rank's files while the others wait for its word, which fails after the process group's
+        timeout (NCCL's default: 10 minutes): a large checkpoint needs a longer one. Should rank 0
+        fail there, it raises its error and every other rank `RankZeroFailed` at once."""
         import torch.distributed.checkpoint as dcp
 
         final = self.path_for(step)
         tmp = self.directory / f".dcp-{int(step):012d}.tmp"
-        if _rank() == 0:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            _recover_replaced(self.directory)
-        _barrier()
+        _on_rank0(lambda: self._prepare(tmp))
         state = _state(model, optimizer)
         state["meta"] = {"step": int(step)}
         dcp.save(state, checkpoint_id=str(tmp))
         rngs = _gather_rng()
         _barrier()
-        if _rank() == 0:
-            torch.save({"rng_ranks": rngs, "extras": dict(extras or {})}, tmp / RANK0_FILE)
-            write_manifest(tmp)
-            _swap_in(tmp, final)
-            for old in rotate(self.directory, self.checkpoints(), step, self.keep):
-                shutil.rmtree(old, ignore_errors=True)
-        _barrier()
+        _on_rank0(lambda: self._finish(tmp, final, step, rngs, extras))
         return final
+
+    def _prepare(self, tmp: Path) -> None:
+        """Rank 0, before a save: the directory there, no torn temporary left in the way."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        _recover_replaced(self.directory)
+
+    def _finish(self, tmp: Path, final: Path, step: int, rngs: list[Any],
+                extras: dict[str, Any] | None) -> None:
+        """Rank 0, after every rank's shards are written: the RNG file, the manifest, the
+        rename into place and the rotation."""
+        torch.save({"rng_ranks": rngs, "extras": dict(extras or {})}, tmp / RANK0_FILE)
+        write_manifest(tmp)
+        _swap_in(tmp, final)
+        for old in rotate(self.directory, self.checkpoints(), step, self.keep):
+            shutil.rmtree(old, ignore_errors=True)
 
     def _choose(self) -> Path | None:
         """Rank 0: the newest checkpoint whose manifest checks out."""
@@ -162,13 +200,10 @@ class ShardedCheckpointManager:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        best = self._choose() if _rank() == 0 else None
-        chosen: list[Any] = [str(best) if best is not None else None]
-        if dist.is_available() and dist.is_initialized():
-            dist.broadcast_object_list(chosen, src=0)
-        if chosen[0] is None:
+        chosen = _on_rank0(lambda: _text(self._choose()))
+        if chosen is None:
             return None
-        path = Path(chosen[0])
+        path = Path(chosen)
         state = _state(model, optimizer)
         state["meta"] = {"step": 0}
         dcp.load(state, checkpoint_id=str(path))
@@ -182,6 +217,10 @@ class ShardedCheckpointManager:
         if len(rngs) > _rank():
             set_rng_state(rngs[_rank()])
         return path, int(state["meta"]["step"])
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def _swap_in(tmp: Path, final: Path) -> None:
