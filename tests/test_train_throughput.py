@@ -163,3 +163,36 @@ def test_the_window_leaves_out_what_is_not_training():
     window.reset()
     now[0] = 30.0
     assert window.add(50) == pytest.approx(5.0)
+
+
+def test_a_plain_loops_start_up_is_not_counted_as_training_time(tmp_path: Path):
+    """A plain loop (`step(samples=N)` only): 0.5 s of start-up after the trainer is built (the
+    model and data set up, a checkpoint loaded), then 40 steps of 10 ms reported every 0.1 s.
+    The window began when the trainer was built, so its first rate took the start-up in (about
+    500 samples/s against 3,200)."""
+    sink = _Sink()
+    st = _trainer(tmp_path, sink, every_steps=None, report_interval_s=0.1)
+    time.sleep(0.5)
+    for _ in range(40):
+        time.sleep(0.01)
+        st.step(samples=32)
+    st.close()
+    rates = sink.rates()
+    assert rates and min(rates) > 0.6 * 32 / 0.01, rates
+    assert max(rates) <= 32 / 0.01 * 1.02, rates
+
+
+def test_a_window_may_begin_at_its_first_step():
+    from shockslurm.train.window import ThroughputWindow
+
+    now = [0.0]
+    window = ThroughputWindow(10.0, clock=lambda: now[0], begin_at_first_step=True)
+    now[0] = 30.0
+    assert window.add(99) is None                # the first step: begins the window
+    now[0] = 40.0
+    assert window.add(50) == pytest.approx(5.0)  # 50 samples in 10 s
+    idle_first = ThroughputWindow(10.0, clock=lambda: now[0], begin_at_first_step=True)
+    now[0] = 45.0
+    idle_first.idle()                            # an epoch begins: the window with it
+    now[0] = 55.0
+    assert idle_first.add(20) == pytest.approx(2.0)

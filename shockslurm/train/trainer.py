@@ -140,7 +140,8 @@ class ShockTrainer(EpochLoops):
         self._last_batch_len = 0
         self._batch_position: int | None = None
         self._pending_samples = 0
-        self._window = ThroughputWindow(self.report_interval_s)   # samples/s over training time
+        # samples/s over training time, from the first step or epoch on (not the start-up's)
+        self._window = ThroughputWindow(self.report_interval_s, begin_at_first_step=True)
         self._samplers = SamplerSeeds()     # made by sampler(): a resume gives them its seed
         self._until_poll = 1            # the first step always polls: an early signal stops it
         self._started = False
