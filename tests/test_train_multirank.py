@@ -117,3 +117,48 @@ def test_ranks_that_find_different_checkpoints_refuse_to_resume(tmp_path: Path):
         said = (base / f"rank{rank}.txt").read_text()
         assert said.startswith("refused: the ranks found different checkpoints"), said
         assert "rank 0: step 1, rank 1: none" in said, said
+
+
+def _unpicklable_rank(rank: int, base: str) -> None:
+    """Rank 0 (the writer) is given an extras value no checkpoint can hold after the trainer
+    was built; every rank saves. What each was told, and how long it took, to rank<N>.txt."""
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method="file://" + str(Path(base, "init")), rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=60))
+    st = _trainer(Path(base, "ck"))
+    st.step()
+    if rank == 0:
+        st.extras["hook"] = lambda: None
+    began = time.monotonic()
+    try:
+        st.save()
+        said = "saved"
+    except Exception as exc:                       # noqa: BLE001 - what this rank was told
+        said = f"{type(exc).__name__}: {exc}"
+    Path(base, f"rank{rank}.txt").write_text(f"{time.monotonic() - began:.1f} {said}")
+    leave_together()
+
+
+def _fresh(base: Path) -> tuple[str]:
+    base.mkdir()
+    return (str(base),)
+
+
+def test_a_writer_that_fails_to_save_fails_every_rank_at_once(tmp_path: Path):
+    """An error of the writer's other than an OSError (here: a lambda put into `extras`, which
+    pickle refuses) raised on rank 0 alone, and rank 1, in the save's barrier, learnt of it only
+    from the process group's timeout (NCCL's 10 minutes) or a lost connection (here: rank 0's
+    next barrier released it as if saved, then gloo's "Connection closed by peer"). Now rank 1
+    raises RankFailed naming rank 0's error at once."""
+    spawn_ranks(_unpicklable_rank, lambda attempt: _fresh(tmp_path / f"try{attempt}"))
+    base = sorted(tmp_path.glob("try*"))[-1]
+    took0, said0 = (base / "rank0.txt").read_text().split(" ", 1)
+    took1, said1 = (base / "rank1.txt").read_text().split(" ", 1)
+    assert "pickle" in said0.lower() or "lambda" in said0, said0
+    assert said1.startswith("RankFailed: shockslurm.train: rank 0 failed: "), said1
+    assert said0.split(": ", 1)[0] in said1, (said0, said1)
+    assert float(took1) < 30, took1

@@ -187,9 +187,9 @@ def test_rank_zero_failing_alone_fails_every_rank_at_once(tmp_path: Path):
                                                        results))
         got = dict(results)
     assert got["save0"][0] == "OSError: [Errno 28] No space left on device", got
-    assert got["save1"][0] == ("RankZeroFailed: shockslurm.train: rank 0 failed: "
+    assert got["save1"][0] == ("RankFailed: shockslurm.train: rank 0 failed: "
                                "OSError: [Errno 28] No space left on device"), got
     assert got["load0"][0].startswith("PermissionError: [Errno 13] Permission denied"), got
-    assert got["load1"][0].startswith("RankZeroFailed: shockslurm.train: rank 0 failed: "
+    assert got["load1"][0].startswith("RankFailed: shockslurm.train: rank 0 failed: "
                                       "PermissionError: [Errno 13]"), got
     assert got["save1"][1] < 30 and got["load1"][1] < 30, got

@@ -269,9 +269,10 @@ class ShockwaveCallback(pl.Callback):
                                  batch_size=self._batch_size, epochs=trainer.max_epochs)
 
     def save(self, trainer: pl.Trainer) -> Path | None:
-        """Checkpoint now (collective: every rank calls it; rank 0 writes, the others wait in
-        a barrier bounded by the process group's timeout, as `ShockTrainer.save` says). Its time
-        is left out of the throughput reported."""
+        """Checkpoint now (collective: every rank calls it; rank 0 writes, the others wait for
+        its word, bounded by the process group's timeout, and raise `collective.RankFailed`
+        should its write fail otherwise than with an OSError, as `ShockTrainer.save` says). Its
+        time is left out of the throughput reported."""
         step = trainer.global_step
         if step == self._last_save_step:
             self._save_due = False           # this step's checkpoint is written already

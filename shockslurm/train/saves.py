@@ -1,5 +1,6 @@
 """`SaveRecord`: the outcome of a training loop's checkpoint saves, shared by `ShockTrainer` and
-the Lightning callback, so both say the same when a save fails or a stop leaves no checkpoint;
+the Lightning callback, so both say the same when a save fails or a stop leaves no checkpoint
+(and every rank learns of a writer's failure at once, `collective.done_alone`);
 `agree_on_resume`: every rank resumes from the same step, or none does."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 
 from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
+from .collective import done_alone
 
 log = logging.getLogger("shockslurm.train")
 
@@ -26,8 +28,15 @@ class SaveRecord:
         self.good_step: int | None = None
 
     def save(self, state: dict[str, Any], step: int) -> tuple[Path | None, bool]:
-        """Write `state` as the checkpoint of `step` (on the writer); (its path or None, whether
-        the write succeeded)."""
+        """Write `state` as the checkpoint of `step` on the writer (collective under
+        torch.distributed: the other ranks wait for its word); (its path or None, whether the
+        write succeeded; None and True on the other ranks). An error other than an OSError
+        (a value of `extras` that cannot be pickled) is raised on the writer and as
+        `collective.RankFailed` on every other rank."""
+        mine = done_alone(lambda: self._write(state, step), self.manager.is_writer)
+        return mine if mine is not None else (None, True)
+
+    def _write(self, state: dict[str, Any], step: int) -> tuple[Path | None, bool]:
         try:
             path = self.manager.save(state, step)
         except OSError as exc:

@@ -30,17 +30,17 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, TypeVar, cast
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ..atomic import atomic_write, fsync_dir
+from .collective import done_alone
 from .checkpoint import file_sha256, rotate, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
-T = TypeVar("T")
 
 MANIFEST = "MANIFEST.sha256"
 RANK0_FILE = "rng.pt"       # rank 0's own: every rank's RNG states and the extras
@@ -55,36 +55,6 @@ def _rank() -> int:
 def _barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-class RankZeroFailed(RuntimeError):
-    """Raised on every other rank when rank 0 fails in the part of a collective it does alone."""
-
-
-def _on_rank0(work: Callable[[], T]) -> T | None:
-    """Run `work` on rank 0 and hand its outcome to every rank (collective): rank 0 gets the
-    result or its own exception, every other rank None or `RankZeroFailed` naming it. Without
-    this a failure there (a full disk, an unreadable directory) left the other ranks in the next
-    barrier or broadcast until the process group's timeout (10 to 30 minutes)."""
-    rank = _rank()
-    error: BaseException | None = None
-    result: T | None = None
-    if rank == 0:
-        try:
-            result = work()
-        except Exception as exc:       # noqa: BLE001 - reported to every rank, then re-raised
-            error = exc
-    if dist.is_available() and dist.is_initialized():
-        outcome: list[Any] = [None if error is None else f"{type(error).__name__}: {error}",
-                              result]
-        dist.broadcast_object_list(outcome, src=0)
-        if rank != 0:
-            if outcome[0] is not None:
-                raise RankZeroFailed(f"shockslurm.train: rank 0 failed: {outcome[0]}")
-            return cast(T, outcome[1])
-    if error is not None:
-        raise error
-    return result
 
 
 def _digest(path: Path) -> str:
@@ -152,18 +122,18 @@ class ShardedCheckpointManager:
         """Checkpoint (collective); returns the checkpoint's directory. Rank 0 checksums every
         rank's files while the others wait for its word, which fails after the process group's
         timeout (NCCL's default: 10 minutes): a large checkpoint needs a longer one. Should rank 0
-        fail there, it raises its error and every other rank `RankZeroFailed` at once."""
+        fail there, it raises its error and every other rank `collective.RankFailed` at once."""
         import torch.distributed.checkpoint as dcp
 
         final = self.path_for(step)
         tmp = self.directory / f".dcp-{int(step):012d}.tmp"
-        _on_rank0(lambda: self._prepare(tmp))
+        done_alone(lambda: self._prepare(tmp), _rank() == 0)
         state = _state(model, optimizer)
         state["meta"] = {"step": int(step)}
         dcp.save(state, checkpoint_id=str(tmp))
         rngs = _gather_rng()
         _barrier()
-        _on_rank0(lambda: self._finish(tmp, final, step, rngs, extras))
+        done_alone(lambda: self._finish(tmp, final, step, rngs, extras), _rank() == 0)
         return final
 
     def _prepare(self, tmp: Path) -> None:
@@ -200,7 +170,7 @@ class ShardedCheckpointManager:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        chosen = _on_rank0(lambda: _text(self._choose()))
+        chosen = done_alone(lambda: _text(self._choose()), _rank() == 0, from_rank=0)
         if chosen is None:
             return None
         path = Path(chosen)

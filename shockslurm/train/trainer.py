@@ -206,14 +206,13 @@ class ShockTrainer(EpochLoops):
         """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up).
         A write that fails (full disk, lost mount) is logged and training goes on: the newest
         good checkpoint stays, and the next save tries again. Its time is left out of the
-        throughput reported. Other ranks wait in a barrier, which fails after the process
-        group's timeout (`init_process_group(timeout=...)`; NCCL's default is 10 minutes): a
-        write that may take longer needs a longer timeout."""
+        throughput reported. Other ranks wait for the writer's word, which fails after the
+        process group's timeout (`init_process_group(timeout=...)`; NCCL's default is 10
+        minutes): a write that may take longer needs a longer timeout. Any other error of the
+        writer's (a value in `extras` that cannot be pickled) is raised there and as
+        `collective.RankFailed` on every other rank at once."""
         began = time.perf_counter()
         path, ok = self.saves.save(self.state(), self.global_step)
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()
         self._last_save_step = self.global_step
         self._last_save_time = time.monotonic()
         if self.ckpt.is_writer:

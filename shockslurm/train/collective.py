@@ -1,0 +1,50 @@
+"""Work one rank does alone inside a collective (a checkpoint written by the writer, the
+checkpoint to load chosen by rank 0), with its outcome handed to every rank.
+
+Without it, a rank that failed there (a full disk, an unreadable directory, a value of
+`extras` that cannot be pickled) raised on its own while every other rank waited in the next
+barrier or broadcast until the process group's timeout (NCCL's 10 minutes, gloo's 30): the job
+hung instead of failing. `done_alone` gathers each rank's outcome (collective): the rank that
+failed raises its own error, every other rank `RankFailed` naming it, at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from ._env import _group
+
+T = TypeVar("T")
+
+
+class RankFailed(RuntimeError):
+    """Raised on every other rank when one rank fails in the work it does alone."""
+
+
+def done_alone(work: Callable[[], T], doer: bool, *, from_rank: int | None = None) -> T | None:
+    """Run `work` where `doer` is True (collective under torch.distributed: every rank calls
+    this); returns this rank's result (None where it did not run), or with `from_rank` that
+    rank's on every rank. An exception in `work` (not a KeyboardInterrupt or SystemExit) is
+    raised on its rank and as `RankFailed` on the others."""
+    error: Exception | None = None
+    result: T | None = None
+    if doer:
+        try:
+            result = work()
+        except Exception as exc:       # noqa: BLE001 - handed to every rank, then re-raised
+            error = exc
+    dist = _group()
+    if dist is None:
+        if error is not None:
+            raise error
+        return result
+    mine = (None if error is None else f"{type(error).__name__}: {error}", result)
+    outcomes: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(outcomes, mine)
+    if error is not None:
+        raise error
+    failed = [(rank, why) for rank, (why, _) in enumerate(outcomes) if why is not None]
+    if failed:
+        rank, why = failed[0]
+        raise RankFailed(f"shockslurm.train: rank {rank} failed: {why}")
+    return result if from_rank is None else outcomes[from_rank][1]
