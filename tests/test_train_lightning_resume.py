@@ -138,3 +138,50 @@ def test_a_stop_asked_at_the_last_batch_of_the_last_epoch_is_taken(tmp_path: Pat
     _, again = _fit(tmp_path / "run", every_steps=7, accumulate=1, stop_file=stop)
     assert again.resumed_from == tmp_path / "run" / "ckpt-000000000030.pt"
     assert not again.should_stop
+
+
+class Validated(Tiny):
+    """Notes (epoch, batch of the epoch) at each validation pass's start."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__(stop_at)
+        self.validated: list[tuple[int, int]] = []
+
+    def validation_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            loop = self.trainer.fit_loop.epoch_loop
+            self.validated.append((self.trainer.current_epoch, loop.batch_idx))
+
+
+def _fit_validated(ckpt: Path, stop_at: int | None = None) -> tuple[Validated, pl.Trainer]:
+    cb = ShockwaveCallback(ckpt, every_steps=3, every_seconds=None, exit_on_stop=False,
+                           reporter=Reporter(None), lease=Lease(stop_file=False))
+    model, data = Validated(stop_at), _data()
+    trainer = pl.Trainer(max_epochs=2, callbacks=[cb], accelerator="cpu", devices=1,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, val_check_interval=4,
+                         num_sanity_val_steps=0)
+    try:
+        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=8,
+                                                       sampler=cb.sampler(data)),
+                    torch.utils.data.DataLoader(data, batch_size=40))
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    return model, trainer
+
+
+# A stop at batch 6 (between two validations every 4 batches), at batch 4 (where one is due).
+@pytest.mark.parametrize("stop_at", [6, 4])
+def test_a_stop_adds_no_validation_and_loses_none(tmp_path: Path, stop_at: int):
+    """Lightning validates when a loop is asked to stop (for early stopping): a stop at batch 6
+    ran a validation the uninterrupted run never has, in the grace time before the successor
+    could start (and for EarlyStopping one more check). Now the stopped and the resumed run
+    validate where the uninterrupted one does, at batches 4 and 8 of each epoch, and the
+    trainer validates again after the stop."""
+    reference, _ = _fit_validated(tmp_path / "ref")
+    assert reference.validated == [(0, 3), (0, 7), (1, 3), (1, 7)]
+    stopped, trainer = _fit_validated(tmp_path / "run", stop_at=stop_at)
+    assert trainer.limit_val_batches == 1.0          # given back at teardown
+    resumed, _ = _fit_validated(tmp_path / "run")
+    assert stopped.validated + resumed.validated == reference.validated, (
+        stopped.validated, resumed.validated)

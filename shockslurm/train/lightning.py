@@ -97,6 +97,7 @@ class ShockwaveCallback(pl.Callback):
         self._save_due = False
         self._seen_step = 0                          # global step at the last batch's end
         self._samplers = SamplerSeeds()
+        self._val_batches: int | float | None = None  # limit_val_batches while a stop ends fit
 
     @property
     def should_stop(self) -> bool:
@@ -215,10 +216,31 @@ class ShockwaveCallback(pl.Callback):
         """The stop is taken (its checkpoint written): no further step; `teardown` exits 0."""
         self.stopped = True
         trainer.should_stop = True
+        self._no_validation_for_the_stop(trainer)
         self.lease.consume_stop_file()
         step = trainer.global_step
         log.warning("shockslurm.train: stopping at step %d (%s); %s", step,
                     self.lease.reason or "stop requested", self.saves.stop_outcome(step))
+
+    def _no_validation_for_the_stop(self, trainer: pl.Trainer) -> None:
+        """Lightning validates at once when a loop is asked to stop (`should_stop`, meant for
+        early stopping): here that pass ran in the grace time before the job's successor could
+        start, and it was a validation the uninterrupted run never had (another point for
+        `EarlyStopping`'s patience, another `ModelCheckpoint` save). It is left out unless it was
+        due at this batch anyway (then it runs: the resume starts after this batch). Validation
+        comes back at `teardown`."""
+        loop = trainer.fit_loop.epoch_loop
+        check, fetcher = getattr(loop, "_should_check_val_fx", None), trainer.fit_loop._data_fetcher
+        if check is None or fetcher is None or self._val_batches is not None:
+            return
+        trainer.should_stop = False
+        try:
+            due = bool(check(fetcher))
+        finally:
+            trainer.should_stop = True
+        if not due:
+            self._val_batches = trainer.limit_val_batches
+            trainer.limit_val_batches = 0
 
     def _stepped(self, trainer: pl.Trainer) -> bool:
         """Whether the optimizer stepped in the batch just trained (each batch, or the last of
@@ -290,6 +312,8 @@ class ShockwaveCallback(pl.Callback):
 
     # ------------------------------------------------------------------ the end
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._val_batches is not None:
+            trainer.limit_val_batches, self._val_batches = self._val_batches, None
         self.lease.close()
         self.reporter.close()
         if stage == "fit" and self.stopped and self.exit_on_stop:
