@@ -193,3 +193,65 @@ def test_rank_zero_failing_alone_fails_every_rank_at_once(tmp_path: Path):
     assert got["load1"][0].startswith("RankFailed: shockslurm.train: rank 0 failed: "
                                       "PermissionError: [Errno 13]"), got
     assert got["save1"][1] < 30 and got["load1"][1] < 30, got
+
+
+def _trainer_rank(rank: int, port: int, d: str, results: dict) -> None:
+    """ShockTrainer around an FSDP2 model: 8 steps at once, against 5 steps, a stop (its
+    checkpoint), a fresh process's model and trainer resumed, 3 steps more."""
+    from shockslurm.train import ShockTrainer
+    from shockslurm.train.lease import Lease
+    from shockslurm.train.reports import Reporter
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+
+    def run(directory: str, steps: int, seed: int, stop_at: int | None = None):
+        torch.manual_seed(100 + rank)
+        model, opt = _build(seed)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        st = ShockTrainer(model, opt, scheduler=sched, ckpt_dir=directory, every_seconds=None,
+                          reporter=Reporter(None), lease=Lease(stop_file=False),
+                          extras={"note": "mine"})
+        st.start()
+        while st.global_step < steps:
+            _train(model, opt, 1)
+            sched.step()
+            if st.global_step + 1 == stop_at:
+                st.request_stop("test")
+            if st.step(samples=16):
+                break
+        st.close()
+        return model, opt, st
+
+    model, opt, _ = run(os.path.join(d, "ref"), 8, 0)
+    reference = _full(model, opt)
+    _, _, stopped = run(os.path.join(d, "run"), 8, 0, stop_at=5)
+    model, opt, resumed = run(os.path.join(d, "run"), 8, 1)     # other weights until resumed
+    got = _full(model, opt)
+    if rank == 0:
+        results["stopped_at"] = stopped.global_step
+        results["resumed_from"] = resumed.resumed_from.name if resumed.resumed_from else None
+        results["lr"] = opt.param_groups[0]["lr"]
+        results["extras"] = dict(resumed.extras)
+        results["model"] = all(torch.equal(v, got["model"][k])
+                               for k, v in reference["model"].items())
+        results["optim"] = all(torch.equal(t, got["optim"][k][n])
+                               for k, v in reference["optim"].items() for n, t in v.items())
+    leave_together()
+
+
+def test_shocktrainer_checkpoints_an_fsdp_model_sharded_and_resumes_it_exactly(tmp_path: Path):
+    """A model no rank holds whole (FSDP2) under ShockTrainer: every rank writes its shards
+    (DCP), and a resumed run ends bit-identical to an uninterrupted one, the LR scheduler and
+    the extras with it. Before, rank 0 saved its own shards as the whole model, and every rank
+    resumed from them: rank 1's weights were rank 0's, in silence."""
+    with mp.Manager() as manager:
+        results = manager.dict()
+        spawn_ranks(_trainer_rank, lambda attempt: (_port(), str(tmp_path / f"t{attempt}"),
+                                                    results))
+        got = dict(results)
+    assert got["stopped_at"] == 5 and got["resumed_from"] == "dcp-000000000005", got
+    assert got["extras"] == {"note": "mine"} and got["lr"] == pytest.approx(0.01 * 0.5 ** 4), got
+    assert got["model"] and got["optim"], got

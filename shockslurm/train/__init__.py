@@ -24,7 +24,7 @@ Public names (`__all__`, all lazily imported, so `import shockslurm.train` does 
   (see `checkpoint`).
 - `ShardedCheckpointManager`: sharded (FSDP) model and optimizer states through
   torch.distributed.checkpoint, each rank writing its shards, atomic, checksummed, rotated (see
-  `sharded`).
+  `sharded`; `ShockTrainer` takes it by itself for a model no rank holds whole).
 - `ResumableSampler`: your own DataLoader's sampler, resumed mid-epoch without loading what was
   already trained on (`st.sampler(dataset)`, `st.epoch_range(n)`, `st.batches(loader)`; see `data`).
 - `Lease`: the stop flag on its own, for loops that want only that (see `lease`).

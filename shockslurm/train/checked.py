@@ -4,6 +4,7 @@ ZeroDivisionError at the first step."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from ..limits import finite
@@ -33,3 +34,17 @@ def seconds_arg(owner: str, name: str, value: Any, *, optional: bool = False) ->
         raise ValueError(f"{owner}: {name} must be a finite number of seconds >= 0"
                          f"{' or None' if optional else ''}, got {value!r}")
     return seconds
+
+
+def picklable_dict_arg(owner: str, name: str, value: dict[str, Any] | None) -> dict[str, Any]:
+    """`value` itself (the caller's dict: what they change in it later is saved), or a new one
+    for None; a ValueError naming `owner`'s argument when a checkpoint could not hold it."""
+    out = value if value is not None else {}
+    if not isinstance(out, dict):
+        raise ValueError(f"{owner}: {name} must be a dict, got {type(out).__name__}")
+    try:
+        pickle.dumps(out)
+    except Exception as exc:    # PicklingError, TypeError, AttributeError: a lambda, a lock...
+        raise ValueError(f"{owner}: {name} must be picklable (saved with every checkpoint): "
+                         f"{type(exc).__name__}: {exc}") from None
+    return out

@@ -199,12 +199,13 @@ def read_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
         if file_sha256(fh, head) not in expected:
             raise CorruptCheckpoint(f"{path}: sha256 differs from {sidecar_path(path).name} "
                                     "(corrupt, truncated or torn)")
-    return _load(path, str(path))
+    return load_checked(path, str(path))
 
 
-def _load(payload: bytes | memoryview | Path, name: str) -> dict[str, Any]:
-    """torch.load of checked bytes or a checked file (mapped, not read again): weights_only
-    first, a full pickle for extras it refuses."""
+def load_checked(payload: bytes | memoryview | Path, name: str) -> dict[str, Any]:
+    """torch.load of checked bytes or a checked file (mapped, not read again; its checksum
+    matched, so it is our own writer's): weights_only first, a full pickle for extras it
+    refuses (with a warning). CorruptCheckpoint when it does not load or is no dict."""
     def load(weights_only: bool) -> Any:
         if isinstance(payload, Path):
             return torch.load(payload, map_location="cpu", weights_only=weights_only, mmap=True)
@@ -246,7 +247,7 @@ def decode_legacy(data: bytes, name: str = "<bytes>") -> dict[str, Any]:
                                 " (truncated or torn)")
     if hashlib.sha256(payload).digest() != digest:
         raise CorruptCheckpoint(f"{name}: sha256 mismatch (corrupt)")
-    return _load(payload, name)
+    return load_checked(payload, name)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -18,7 +18,12 @@ T = TypeVar("T")
 
 
 class RankFailed(RuntimeError):
-    """Raised on every other rank when one rank fails in the work it does alone."""
+    """Raised on every other rank when one rank fails in the work it does alone; `os_error`:
+    the failure was an OSError there (a full disk: what a save logs and trains on after)."""
+
+    def __init__(self, message: str, os_error: bool = False) -> None:
+        super().__init__(message)
+        self.os_error = os_error
 
 
 def done_alone(work: Callable[[], T], doer: bool, *, from_rank: int | None = None) -> T | None:
@@ -38,13 +43,15 @@ def done_alone(work: Callable[[], T], doer: bool, *, from_rank: int | None = Non
         if error is not None:
             raise error
         return result
-    mine = (None if error is None else f"{type(error).__name__}: {error}", result)
+    mine = (None if error is None else f"{type(error).__name__}: {error}", result,
+            isinstance(error, OSError))
     outcomes: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(outcomes, mine)
     if error is not None:
         raise error
-    failed = [(rank, why) for rank, (why, _) in enumerate(outcomes) if why is not None]
+    failed = [(rank, why, os_error) for rank, (why, _, os_error) in enumerate(outcomes)
+              if why is not None]
     if failed:
-        rank, why = failed[0]
-        raise RankFailed(f"shockslurm.train: rank {rank} failed: {why}")
+        rank, why, os_error = failed[0]
+        raise RankFailed(f"shockslurm.train: rank {rank} failed: {why}", os_error)
     return result if from_rank is None else outcomes[from_rank][1]

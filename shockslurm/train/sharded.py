@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from ..atomic import atomic_write, fsync_dir
 from .collective import done_alone
-from .checkpoint import file_sha256, rotate, sha256sum_line
+from .checkpoint import file_sha256, load_checked, rotate, sha256sum_line
 from .state import rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
@@ -46,6 +46,19 @@ MANIFEST = "MANIFEST.sha256"
 RANK0_FILE = "rng.pt"       # rank 0's own: every rank's RNG states and the extras
 _NAME_RE = re.compile(r"^dcp-(\d{12})$")
 _ASIDE_RE = re.compile(r"^\.(dcp-\d{12})\.old$")      # a same-step save's predecessor
+
+
+def sharded_model(model: torch.nn.Module) -> bool:
+    """Whether `model`'s parameters are sharded over the ranks (FSDP2's `fully_shard` or
+    tensor parallelism: DTensor parameters; FSDP1's `FullyShardedDataParallel`): no rank holds
+    it whole, so it is checkpointed through DCP (`ShockTrainer` does so by itself)."""
+    if not dist.is_available():             # a torch built without torch.distributed
+        return False
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    from torch.distributed.tensor import DTensor
+
+    return (any(isinstance(p, DTensor) for p in model.parameters())
+            or any(isinstance(m, FullyShardedDataParallel) for m in model.modules()))
 
 
 def _rank() -> int:
@@ -180,7 +193,7 @@ class ShardedCheckpointManager:
         set_state_dict(model, optimizer if optimizer is not None else (),
                        model_state_dict=state["model"],
                        optim_state_dict=state.get("optim", {}))
-        rank0 = torch.load(path / RANK0_FILE, weights_only=True)
+        rank0 = load_checked(path / RANK0_FILE, str(path / RANK0_FILE))   # (in the manifest)
         # DCP restores only the keys its template names, so the extras travel in rank 0's file
         self.extras = dict(rank0.get("extras") or {})
         rngs = rank0["rng_ranks"]

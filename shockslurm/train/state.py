@@ -85,13 +85,25 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = No
     """A checkpoint dict: model (unwrapped), optimizer, scheduler, GradScaler, RNG, data
     position, extras."""
     return {
-        "format": FORMAT_VERSION,
-        "step": int(step),
+        **loop_state(scheduler=scheduler, scaler=scaler, data=data, batch_size=batch_size,
+                     step=step, extras=extras),
         "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "rng": rng_state(),
+    }
+
+
+def loop_state(*, scheduler: Any = None, scaler: Any = None, data: dict[str, Any] | None = None,
+               batch_size: int | None = None, step: int = 0,
+               extras: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a checkpoint holds besides the model, the optimizer and the RNG: the scheduler,
+    the GradScaler, the data position and extras (all of a sharded checkpoint's that
+    `torch.distributed.checkpoint` does not write, `ShockTrainer` with an FSDP model)."""
+    return {
+        "format": FORMAT_VERSION,
+        "step": int(step),
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": rng_state(),
         "data": dict(data or {}),
         "batch_size": batch_size,
         "extras": dict(extras or {}),
@@ -99,15 +111,18 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = No
 
 
 REQUIRED_KEYS = ("step", "model", "data")
+LOOP_KEYS = ("step", "data")          # a `loop_state()` dict's (a sharded checkpoint's extras)
 
 
-def check_format(state: dict[str, Any], name: str) -> None:
-    """Raise CorruptCheckpoint unless `state` is a `capture()` dict of a format this version
-    reads, with the keys every format has (a file of someone else's `torch.save` is not)."""
+def check_format(state: dict[str, Any], name: str,
+                 required: tuple[str, ...] = REQUIRED_KEYS) -> None:
+    """Raise CorruptCheckpoint unless `state` is a `capture()` dict (or with `required`
+    ("step", "data"), a `loop_state()` dict) of a format this version reads, with the keys every
+    format has (a file of someone else's `torch.save` is not)."""
     if state.get("format") not in FORMATS_READ:
         raise CorruptCheckpoint(f"{name}: unknown checkpoint format {state.get('format')!r} (this "
                                 f"version reads formats {', '.join(map(str, FORMATS_READ))})")
-    missing = [k for k in REQUIRED_KEYS if k not in state]
+    missing = [k for k in required if k not in state]
     if missing:
         raise CorruptCheckpoint(f"{name}: not a checkpoint of this helper (no "
                                 f"{', '.join(missing)})")
@@ -152,9 +167,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     check_format(state, "checkpoint")
     inner = unwrap(model)
     _load_into(inner, _model_state(state, inner), "model")
-    for what, obj in (("optimizer", optimizer), ("scheduler", scheduler), ("scaler", scaler)):
-        if obj is not None and state.get(what) is not None:
-            _load_into(obj, _owned(state[what]), what)
+    restore_parts(state, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     if rng:
         ranks = state.get("rng_ranks")
         if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
@@ -165,3 +178,11 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
                             "has %d; every rank restores rank 0's", len(ranks or [1]),
                             world_size)
             set_rng_state(state["rng"])
+
+
+def restore_parts(state: dict[str, Any], **parts: Any) -> None:
+    """Load the checkpoint's `optimizer`, `scheduler`, `scaler` states (those given) into the
+    live objects."""
+    for what, obj in parts.items():
+        if obj is not None and state.get(what) is not None:
+            _load_into(obj, _owned(state[what]), what)

@@ -33,6 +33,12 @@ fails says so and still ends the run with exit 0, so Slurm requeues it and the r
 from the newest good checkpoint (a file in `ckpt_dir` that is not this helper's is skipped with a
 warning; a good checkpoint of another model raises `CheckpointMismatch` naming it).
 
+A model no rank holds whole (FSDP2's `fully_shard`, FSDP1, tensor parallel: `sharded.sharded_model`)
+is checkpointed by every rank through `torch.distributed.checkpoint` (`ShardedCheckpointManager`:
+`ckpt_dir/dcp-<step>/`, the scheduler, GradScaler, data position and extras beside the shards);
+the rest is the same. (Until 2026-12-02 rank 0 saved its own shards as the whole model, and a
+resume gave every rank rank 0's shards, in silence.)
+
 When it starts again (SLURM_RESTART_COUNT > 0 or a checkpoint in `ckpt_dir`) it loads the newest
 good checkpoint and continues with the same batches in the same order and the same RNG streams,
 so the final weights are bit-identical to an uninterrupted run (given deterministic kernels and
@@ -63,7 +69,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import time
 from pathlib import Path
 from typing import Any
@@ -74,10 +79,12 @@ from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
 from .saves import SaveRecord, agree_on_resume
 from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
-from .checked import seconds_arg, whole_arg
+from .checked import picklable_dict_arg, seconds_arg, whole_arg
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
-from .state import capture, check_format, restore
+from .collective import RankFailed
+from .sharded import ShardedCheckpointManager, sharded_model
+from .state import LOOP_KEYS, capture, check_format, loop_state, restore, restore_parts
 from .data import SamplerSeeds
 from .window import ThroughputWindow
 
@@ -109,6 +116,9 @@ class ShockTrainer(EpochLoops):
         self.scheduler, self.scaler = scheduler, scaler
         self.ckpt = CheckpointManager(ckpt_dir, keep=whole_arg(WHO, "keep", keep))
         self.saves = SaveRecord(self.ckpt)
+        # a model no rank holds whole (FSDP) is checkpointed by every rank through DCP
+        self.sharded = ShardedCheckpointManager(ckpt_dir, keep=keep) if sharded_model(model) \
+            else None
         self.every_steps = whole_arg(WHO, "every_steps", every_steps, optional=True)
         self.every_seconds = seconds_arg(WHO, "every_seconds", every_seconds, optional=True)
         self.seed = whole_arg(WHO, "seed", seed, least=None)
@@ -117,7 +127,7 @@ class ShockTrainer(EpochLoops):
         self.exit_on_stop = exit_on_stop
         self.resume_enabled = resume
         self.report_interval_s = seconds_arg(WHO, "report_interval_s", report_interval_s)
-        self.extras: dict[str, Any] = _picklable_extras(extras)
+        self.extras: dict[str, Any] = picklable_dict_arg(WHO, "extras", extras)
         if self.ckpt.is_writer:
             self.ckpt.check_writable()  # before training: a job that cannot checkpoint loses work
         self.reporter = reporter if reporter is not None else reporter_from_env(
@@ -188,13 +198,11 @@ class ShockTrainer(EpochLoops):
 
     # ------------------------------------------------------------------ checkpoint
     def state(self) -> dict[str, Any]:
-        """The checkpoint dict (collective under torch.distributed: every rank's RNG states are
-        gathered, since ranks seeded apart draw different dropout masks and noise)."""
-        data = {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
-                "global_step": self.global_step, "sampler": "seeded-permutation",
-                "seed": self.seed, "num_epochs": self.num_epochs}
+        """The whole-file checkpoint dict (collective under torch.distributed: every rank's RNG
+        states are gathered, since ranks seeded apart draw different dropout masks and noise;
+        a sharded model's checkpoint is no one dict, `save` writes it)."""
         state = capture(self.model, self.optimizer, scheduler=self.scheduler, scaler=self.scaler,
-                        data=data, batch_size=self.batch_size, step=self.global_step,
+                        data=self._position(), batch_size=self.batch_size, step=self.global_step,
                         extras=self.extras)
         if _env.distributed():
             ranks: list[Any] = [None] * torch.distributed.get_world_size()
@@ -203,7 +211,8 @@ class ShockTrainer(EpochLoops):
         return state
 
     def save(self) -> Path | None:
-        """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up).
+        """Checkpoint now (rank 0 writes; other ranks wait for it when torch.distributed is up;
+        a sharded model's shards are written by every rank, `sharded`).
         A write that fails (full disk, lost mount) is logged and training goes on: the newest
         good checkpoint stays, and the next save tries again. Its time is left out of the
         throughput reported. Other ranks wait for the writer's word, which fails after the
@@ -212,31 +221,57 @@ class ShockTrainer(EpochLoops):
         writer's (a value in `extras` that cannot be pickled) is raised there and as
         `collective.RankFailed` on every other rank at once."""
         began = time.perf_counter()
-        path, ok = self.saves.save(self.state(), self.global_step)
+        if self.sharded is not None:
+            path, ok = self._save_sharded()
+        else:
+            path, ok = self.saves.save(self.state(), self.global_step)
         self._last_save_step = self.global_step
         self._last_save_time = time.monotonic()
         if self.ckpt.is_writer:
-            self.reporter.checkpoint(str(path or self.ckpt.path_for(self.global_step)),
-                                     self.global_step, ok)
+            where = path or (self.sharded or self.ckpt).path_for(self.global_step)
+            self.reporter.checkpoint(str(where), self.global_step, ok)
         self._window.exclude(time.perf_counter() - began)
         return path
+
+    def _loop_state(self) -> dict[str, Any]:
+        """What a sharded checkpoint holds besides the model, optimizer and RNG states."""
+        return loop_state(scheduler=self.scheduler, scaler=self.scaler, data=self._position(),
+                          batch_size=self.batch_size, step=self.global_step, extras=self.extras)
+
+    def _position(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+                "global_step": self.global_step, "sampler": "seeded-permutation",
+                "seed": self.seed, "num_epochs": self.num_epochs}
+
+    def _save_sharded(self) -> tuple[Path | None, bool]:
+        """Every rank writes its shards (collective). A write that fails (OSError, or DCP's
+        CheckpointException on every rank) is logged and training goes on, as for a whole
+        file (`SaveRecord`)."""
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        assert self.sharded is not None
+        step = self.global_step
+        try:
+            path = self.sharded.save(self.model, self.optimizer, step, extras=self._loop_state())
+        except (OSError, CheckpointException, RankFailed) as exc:
+            if isinstance(exc, RankFailed) and not exc.os_error:
+                raise
+            log.error("shockslurm.train: sharded checkpoint at step %d failed: %s; %s", step,
+                      exc, self.saves.fallback())
+            return None, False
+        self.saves.good_step = step
+        return path, True
 
     def resume(self) -> bool:
         """Load the newest good checkpoint, if any; True when one was loaded."""
         self._started = True
-        found = self.ckpt.load_latest(check=check_format)
-        agree_on_resume(-1 if found is None else int(found[1]["step"]), self.ckpt.directory)
+        found = self._load_sharded() if self.sharded is not None else self._load_whole()
         if found is None:
             if _env.restart_count() > 0:
                 log.warning("shockslurm.train: SLURM_RESTART_COUNT=%d but no good checkpoint in "
                             "%s; starting from scratch", _env.restart_count(), self.ckpt.directory)
             return False
         path, state = found
-        try:
-            restore(state, self.model, self.optimizer, scheduler=self.scheduler,
-                    scaler=self.scaler, rng_rank=_env.rank(), world_size=_env.world_size())
-        except CheckpointMismatch as exc:
-            raise CheckpointMismatch(f"{path}: {exc}; is ckpt_dir this run's own?") from exc
         data = state["data"]
         self.global_step = int(state["step"])
         self.epoch = int(data["epoch"])
@@ -258,6 +293,36 @@ class ShockTrainer(EpochLoops):
                  "size %s)", path, self.global_step, self.epoch, self.step_in_epoch,
                  self.batch_size)
         return True
+
+    def _load_whole(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest good whole-file checkpoint, loaded into the live objects (RNG last), and
+        its state; every rank agrees on it."""
+        found = self.ckpt.load_latest(check=check_format)
+        agree_on_resume(-1 if found is None else int(found[1]["step"]), self.ckpt.directory)
+        if found is None:
+            return None
+        path, state = found
+        try:
+            restore(state, self.model, self.optimizer, scheduler=self.scheduler,
+                    scaler=self.scaler, rng_rank=_env.rank(), world_size=_env.world_size())
+        except CheckpointMismatch as exc:
+            raise CheckpointMismatch(f"{path}: {exc}; is ckpt_dir this run's own?") from exc
+        return path, state
+
+    def _load_sharded(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest good sharded checkpoint (rank 0 chooses it for every rank), loaded into
+        the model, optimizer and each rank's RNG, then the scheduler and GradScaler."""
+        assert self.sharded is not None
+        found = self.sharded.load_latest(self.model, self.optimizer)
+        if found is None:
+            return None
+        path, state = found[0], self.sharded.extras
+        check_format(state, str(path), required=LOOP_KEYS)
+        try:
+            restore_parts(state, scheduler=self.scheduler, scaler=self.scaler)
+        except CheckpointMismatch as exc:
+            raise CheckpointMismatch(f"{path}: {exc}; is ckpt_dir this run's own?") from exc
+        return path, state
 
     # ------------------------------------------------------------------ per step
     def step(self, samples: int | None = None) -> bool:
@@ -323,18 +388,4 @@ class ShockTrainer(EpochLoops):
         if self.exit_on_stop:
             self.save_and_exit(0)
         return True
-
-
-def _picklable_extras(extras: dict[str, Any] | None) -> dict[str, Any]:
-    """`extras` itself (the caller's dict: what they change in it is saved), refused at once
-    (ValueError) when a checkpoint could not hold it."""
-    out = extras if extras is not None else {}
-    if not isinstance(out, dict):
-        raise ValueError(f"ShockTrainer: extras must be a dict, got {type(out).__name__}")
-    try:
-        pickle.dumps(out)
-    except Exception as exc:    # PicklingError, TypeError, AttributeError: a lambda, a lock...
-        raise ValueError(f"ShockTrainer: extras must be picklable (they are saved with every "
-                         f"checkpoint): {type(exc).__name__}: {exc}") from None
-    return out
 
