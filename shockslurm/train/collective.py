@@ -55,3 +55,14 @@ def done_alone(work: Callable[[], T], doer: bool, *, from_rank: int | None = Non
         rank, why, os_error = failed[0]
         raise RankFailed(f"shockslurm.train: rank {rank} failed: {why}", os_error)
     return result if from_rank is None else outcomes[from_rank][1]
+
+
+def gathered(value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order (collective under torch.distributed), else
+    `[value]`."""
+    dist = _group()
+    if dist is None:
+        return [value]
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values

@@ -78,11 +78,17 @@ def seed_sampler(sampler: Any, seed: int, epoch: int) -> None:
         sampler.generator = epoch_generator(seed, epoch, SamplerGenerator)
 
 
-class ResumableSampler(torch.utils.data.Sampler[int]):
-    """Seeded, sharded sample order that can start mid-epoch (`set_epoch`, `start_at`)."""
+class ResumableSampler(torch.utils.data.DistributedSampler[int]):
+    """Seeded, sharded sample order that can start mid-epoch (`set_epoch`, `start_at`).
+
+    A `DistributedSampler` by type (not by its `__init__`, which needs a process group), since
+    it is already sharded by rank: Lightning (`use_distributed_sampler`, on by default) wraps
+    any other sampler in a DistributedSampler of its own, which sharded ours a second time
+    (each of 2 ranks trained on a quarter of the data, and a resume lost its place)."""
 
     def __init__(self, data: Sized | int, *, seed: int = 0, shuffle: bool = True,
                  num_replicas: int = 1, rank: int = 0, drop_last: bool = False) -> None:
+        self.dataset = data  # type: ignore[assignment]     # (DistributedSampler's names)
         self.n = data if isinstance(data, int) else len(data)
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"ResumableSampler: rank {rank} of {num_replicas} replicas")
@@ -90,7 +96,8 @@ class ResumableSampler(torch.utils.data.Sampler[int]):
         self.num_replicas, self.rank, self.drop_last = num_replicas, rank, drop_last
         per_rank = (self.n // num_replicas if drop_last
                     else math.ceil(self.n / num_replicas))
-        self.samples_per_rank = per_rank
+        self.samples_per_rank = self.num_samples = per_rank
+        self.total_size = per_rank * num_replicas
         self.epoch = 0
         self.start = 0
 

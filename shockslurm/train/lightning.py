@@ -55,7 +55,8 @@ from .saves import SaveRecord, agree_on_resume
 from .data import ResumableSampler, SamplerSeeds, batch_len, resumable_sampler
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
-from .state import rng_state, set_rng_state
+from .collective import gathered
+from .state import own_rng, rng_state, set_rng_state
 from .window import ThroughputWindow
 
 log = logging.getLogger("shockslurm.train")
@@ -139,14 +140,18 @@ class ShockwaveCallback(pl.Callback):
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         loop = trainer.fit_loop.epoch_loop
-        checkpoint[STATE_KEY] = {"rng": rng_state(), "seed": self.seed,
+        mine = rng_state()
+        # every rank's (collective: Lightning dumps a checkpoint on every rank): ranks seeded
+        # apart draw different dropout masks, and each resumes with its own
+        checkpoint[STATE_KEY] = {"rng": mine, "rng_ranks": gathered(mine), "seed": self.seed,
                                  "batches_in_epoch": int(loop.batch_progress.current.ready),
                                  "batch_size": self._batch_size}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
         mine = checkpoint.get(STATE_KEY) or {}
-        self._rng = mine.get("rng")
+        self._rng = None if mine.get("rng") is None else own_rng(
+            mine.get("rng_ranks"), mine["rng"], _env.rank(), _env.world_size())
         self._skip = int(mine.get("batches_in_epoch", 0))
         # the batch size before the stop: a partial last batch first after the resume is none
         self._batch_size = int(mine.get("batch_size", 0))

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from ..atomic import atomic_write, fsync_dir
-from .collective import done_alone
+from .collective import done_alone, gathered
 from .checkpoint import file_sha256, load_checked, rotate, sha256sum_line
 from .state import rng_state, set_rng_state
 
@@ -144,7 +144,7 @@ class ShardedCheckpointManager:
         state = _state(model, optimizer)
         state["meta"] = {"step": int(step)}
         dcp.save(state, checkpoint_id=str(tmp))
-        rngs = _gather_rng()
+        rngs = gathered(rng_state())
         _barrier()
         done_alone(lambda: self._finish(tmp, final, step, rngs, extras), _rank() == 0)
         return final
@@ -250,11 +250,3 @@ def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> d
         state["optim"] = optim_sd
     return state
 
-
-def _gather_rng() -> list[Any]:
-    mine = rng_state()
-    if not (dist.is_available() and dist.is_initialized()):
-        return [mine]
-    ranks: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(ranks, mine)
-    return ranks

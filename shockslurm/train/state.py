@@ -169,15 +169,20 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     _load_into(inner, _model_state(state, inner), "model")
     restore_parts(state, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     if rng:
-        ranks = state.get("rng_ranks")
-        if ranks and len(ranks) == world_size and 0 <= rng_rank < len(ranks):
-            set_rng_state(ranks[rng_rank])
-        else:
-            if ranks or world_size > 1:
-                log.warning("shockslurm.train: checkpoint has RNG states of %d rank(s), this run "
-                            "has %d; every rank restores rank 0's", len(ranks or [1]),
-                            world_size)
-            set_rng_state(state["rng"])
+        set_rng_state(own_rng(state.get("rng_ranks"), state["rng"], rng_rank, world_size))
+
+
+def own_rng(ranks: list[Any] | None, first: dict[str, Any], rank: int,
+            world_size: int) -> dict[str, Any]:
+    """The RNG states rank `rank` resumes with: its own of `ranks` (every rank's, saved by a
+    multi-rank run) when the world size is unchanged, else `first` (rank 0's; with a warning
+    under several ranks: the run continues, but not bit-identically)."""
+    if ranks and len(ranks) == world_size and 0 <= rank < len(ranks):
+        return cast(dict[str, Any], ranks[rank])
+    if ranks or world_size > 1:
+        log.warning("shockslurm.train: checkpoint has RNG states of %d rank(s), this run has "
+                    "%d; every rank restores rank 0's", len(ranks or [1]), world_size)
+    return first
 
 
 def restore_parts(state: dict[str, Any], **parts: Any) -> None:

@@ -82,7 +82,7 @@ from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
 from .checked import picklable_dict_arg, seconds_arg, whole_arg
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
-from .collective import RankFailed
+from .collective import RankFailed, gathered
 from .sharded import ShardedCheckpointManager, sharded_model
 from .state import LOOP_KEYS, capture, check_format, loop_state, restore, restore_parts
 from .data import SamplerSeeds
@@ -205,9 +205,7 @@ class ShockTrainer(EpochLoops):
                         data=self._position(), batch_size=self.batch_size, step=self.global_step,
                         extras=self.extras)
         if _env.distributed():
-            ranks: list[Any] = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(ranks, state["rng"])
-            state["rng_ranks"] = ranks
+            state["rng_ranks"] = gathered(state["rng"])
         return state
 
     def save(self) -> Path | None:

@@ -1,0 +1,45 @@
+"""The Lightning callback under DDP with two CPU ranks (gloo), as torchrun starts them
+(tests/lightning_ddp_job.py): each rank trains on its own half of the data, and a run stopped by
+SIGUSR1 on rank 0 and resumed ends bit-identical to an uninterrupted one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")        # CI installs both (tests/run.sh): never skipped
+pytest.importorskip("lightning.pytorch")
+
+from .train_job import job_env  # noqa: E402
+
+JOB = Path(__file__).resolve().parent / "lightning_ddp_job.py"
+LINE_RE = re.compile(r"^rank (\d) step (\d+) stopped (\w+) resumed (\S+)$", re.M)
+
+
+def _run(ckpt: Path, out: Path, stop_at: int) -> list[tuple[str, ...]]:
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc-per-node", "2", str(JOB), str(ckpt), str(out), str(stop_at)],
+                          capture_output=True, text=True, timeout=300, env=job_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return sorted(LINE_RE.findall(done.stdout))
+
+
+def test_two_lightning_ranks_resume_bit_identical(tmp_path: Path):
+    """160 samples in batches of 8 on 2 ranks: 10 steps an epoch, 20 in two. Lightning wrapped
+    `cb.sampler()` in a DistributedSampler of its own and sharded it again (10 steps in all,
+    each rank on a quarter of the data); and the checkpoint held rank 0's RNG states alone, so
+    after a resume rank 1 drew rank 0's dropout masks and the weights differed at the end."""
+    reference = _run(tmp_path / "ref", tmp_path / "ref.pt", 0)
+    assert reference == [("0", "20", "False", "None"), ("1", "20", "False", "None")], reference
+    stopped = _run(tmp_path / "ck", tmp_path / "unused.pt", 5)
+    assert stopped == [("0", "5", "True", "None"), ("1", "5", "True", "None")], stopped
+    resumed = _run(tmp_path / "ck", tmp_path / "resumed.pt", 0)
+    name = "ckpt-000000000005.pt"
+    assert resumed == [("0", "20", "False", name), ("1", "20", "False", name)], resumed
+    want, got = torch.load(tmp_path / "ref.pt"), torch.load(tmp_path / "resumed.pt")
+    assert want.keys() == got.keys()
+    assert all(torch.equal(want[k], got[k]) for k in want), "resumed weights differ"
