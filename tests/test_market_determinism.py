@@ -19,10 +19,15 @@ from shockslurm.policies.shockwave.planner import Shockwave
 
 
 DATA = Path(__file__).parent / "data" / "market_input_200jobs_16gpus.json"
+# The wall-clock caps these tests solve under: the defaults' 6 times. The caps are a safety net
+# (the last test), not what these tests measure; with the defaults' 10 s one, a loaded run of a
+# long CI replica (a burner per core beside other work) once hit it after 117 of its steps.
+CAPS = {"time_limit_s": 6 * ShockwaveConfig.time_limit_s,
+        "mip_time_limit_s": 6 * ShockwaveConfig.mip_time_limit_s}
 
 
 def _resolve(snapshot) -> tuple:
-    policy = Shockwave()
+    policy = Shockwave(**CAPS)
     plan = policy.allocate(snapshot)
     return (policy.plan, sorted(plan.run), plan.info["status"], plan.info["objective"],
             plan.info["relaxed"])
@@ -30,13 +35,10 @@ def _resolve(snapshot) -> tuple:
 
 def _solve_recorded() -> tuple:
     """The recorded program of an overloaded run, whose search improves its plan step after
-    step for about 2 s, with the policy's default limits."""
+    step for about 2 s, with the policy's default work limits (and `CAPS`)."""
     data = json.loads(DATA.read_text())
     fields = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in data["input"].items()}
-    cfg = ShockwaveConfig()
-    res = market.solve_market(market.MarketInput(**fields), **data["solver"],
-                              time_limit_s=cfg.time_limit_s,
-                              mip_time_limit_s=cfg.mip_time_limit_s)
+    res = market.solve_market(market.MarketInput(**fields), **data["solver"], **CAPS)
     return res.status, res.rounds.tolist(), res.objective
 
 

@@ -21,13 +21,15 @@ from shockslurm.store.models import BatchSizeChange, Checkpoint, JobEvent, Throu
 from .conftest import make_spec
 from .test_store import store_url  # noqa: F401 (a fixture: SQLite and PostgreSQL)
 
-NOW = time.time()
 DAY = 86_400.0
 
 
-def _fill(url: str) -> list[int]:
-    """Two jobs reporting every hour for ten days (the first at two batch sizes), with epochs,
-    a checkpoint and a batch-size change each; returns their store keys."""
+def _fill(url: str, now: float) -> list[int]:
+    """Two jobs reporting every hour for the ten days before `now` (the first at two batch
+    sizes; each half an hour off the hour, so a cutoff taken up to 30 minutes after `now`
+    counts the same rows), with epochs, a checkpoint and a batch-size change each; returns
+    their store keys. (`now` was once the module's import time: a test that ran more than 30
+    minutes after collection, in a long CI run, counted two rows more.)"""
     engine = open_store(url, create=True)
     pks = []
     try:
@@ -38,7 +40,7 @@ def _fill(url: str) -> list[int]:
                 s.flush()
                 pks.append(job.id)
                 for hour in range(240):
-                    t = NOW - 10 * DAY + hour * 3600.0 + 1800.0     # off the cutoffs
+                    t = now - 10 * DAY + hour * 3600.0 + 1800.0     # off the cutoffs
                     bs = 64 if job_id == 1 and hour >= 200 else 32
                     repo.add_throughput_sample(s, job.id, time_s=t, samples_per_s=100.0 + hour,
                                                batch_size=bs, gpus=2)
@@ -47,8 +49,8 @@ def _fill(url: str) -> list[int]:
                     if hour % 10 == 0:
                         repo.add_job_event(s, job, time_s=t, kind="epoch_done",
                                            detail=f'{{"epoch": {hour // 10}, "batch_size": {bs}}}')
-                repo.add_checkpoint(s, job.id, time_s=NOW - 9 * DAY, path="/c", step=1, ok=True)
-                repo.add_batch_size_change(s, job.id, time_s=NOW - 9 * DAY, old=32, new=64)
+                repo.add_checkpoint(s, job.id, time_s=now - 9 * DAY, path="/c", step=1, ok=True)
+                repo.add_batch_size_change(s, job.id, time_s=now - 9 * DAY, old=32, new=64)
     finally:
         engine.dispose()
     return pks
@@ -78,7 +80,8 @@ def _reports(url: str, pks: list[int]):
 
 
 def test_prune_keeps_what_the_daemon_and_status_read(store_url: str) -> None:
-    pks = _fill(store_url)
+    now = time.time()
+    pks = _fill(store_url, now)
     before, reports = _counts(store_url), _reports(store_url, pks)
     dry = CliRunner().invoke(cli, ["db", "prune", "--db", store_url, "--older-than", "2",
                                    "--dry-run"])
@@ -88,10 +91,10 @@ def test_prune_keeps_what_the_daemon_and_status_read(store_url: str) -> None:
     try:
         # rows older than 2 days: hours 0..191 of 240; kept of those: job 1's latest sample at
         # batch size 32 (hour 199) is newer anyway, so nothing old is kept but by the cutoff
-        assert retention.prune_reports(engine, NOW - 2 * DAY, dry_run=True) == \
+        assert retention.prune_reports(engine, now - 2 * DAY, dry_run=True) == \
             retention.Pruned(throughput_samples=2 * 192, progress_events=2 * 192)
         retention.BATCH_ROWS = 50                  # several batches
-        pruned = retention.prune_reports(engine, NOW - 2 * DAY)
+        pruned = retention.prune_reports(engine, now - 2 * DAY)
     finally:
         retention.BATCH_ROWS = 5_000
         engine.dispose()
@@ -104,7 +107,7 @@ def test_prune_keeps_what_the_daemon_and_status_read(store_url: str) -> None:
 
 
 def test_each_jobs_latest_sample_per_batch_size_and_progress_stay(store_url: str) -> None:
-    pks = _fill(store_url)
+    pks = _fill(store_url, time.time())
     reports = _reports(store_url, pks)
     result = CliRunner().invoke(cli, ["db", "prune", "--db", store_url, "--older-than", "0.04"])
     assert result.exit_code == 0, result.output
@@ -138,7 +141,7 @@ def test_prune_takes_the_store_from_the_daemons_configuration(tmp_path, monkeypa
     """Without --db, the daemon's configuration names the store (`--config`, as the systemd
     timer runs it); with neither, a usage error."""
     db = tmp_path / "s.db"
-    _fill(str(db))
+    _fill(str(db), time.time())
     config = tmp_path / "d.toml"
     config.write_text(f'[daemon]\ndb = "{db}"\n')
     monkeypatch.delenv("SHOCKSLURM_CONFIG", raising=False)
