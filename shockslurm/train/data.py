@@ -30,6 +30,8 @@ from typing import Any, Iterator, Sized
 
 import torch
 
+from . import _env
+
 log = logging.getLogger("shockslurm.train")
 
 
@@ -87,19 +89,49 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
     (each of 2 ranks trained on a quarter of the data, and a resume lost its place)."""
 
     def __init__(self, data: Sized | int, *, seed: int = 0, shuffle: bool = True,
-                 num_replicas: int = 1, rank: int = 0, drop_last: bool = False) -> None:
+                 num_replicas: int | None = 1, rank: int | None = 0,
+                 drop_last: bool = False) -> None:
+        """`num_replicas` / `rank` None: the process group's, read when an epoch is drawn or
+        its length asked (torch.distributed once it is up, else RANK and WORLD_SIZE, else
+        SLURM_PROCID and SLURM_NTASKS): a DataLoader built before the group is up (Lightning
+        starts it in `fit`, and sets WORLD_SIZE only then) is sharded as the ranks run."""
         self.dataset = data  # type: ignore[assignment]     # (DistributedSampler's names)
         self.n = data if isinstance(data, int) else len(data)
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise ValueError(f"ResumableSampler: rank {rank} of {num_replicas} replicas")
-        self.seed, self.shuffle = int(seed), shuffle
-        self.num_replicas, self.rank, self.drop_last = num_replicas, rank, drop_last
-        per_rank = (self.n // num_replicas if drop_last
-                    else math.ceil(self.n / num_replicas))
-        self.samples_per_rank = self.num_samples = per_rank
-        self.total_size = per_rank * num_replicas
+        self._replicas, self._rank = num_replicas, rank
+        if num_replicas is not None and rank is not None:
+            self._shard()                                    # a bad pair is refused at once
+        self.seed, self.shuffle, self.drop_last = int(seed), shuffle, drop_last
         self.epoch = 0
         self.start = 0
+
+    def _shard(self) -> tuple[int, int]:
+        """(replicas, rank) now: those given, the rest from the process group."""
+        replicas = _env.world_size() if self._replicas is None else self._replicas
+        rank = _env.rank() if self._rank is None else self._rank
+        if replicas < 1 or not 0 <= rank < replicas:
+            raise ValueError(f"ResumableSampler: rank {rank} of {replicas} replicas")
+        return replicas, rank
+
+    @property
+    def num_replicas(self) -> int:         # type: ignore[override]
+        return self._shard()[0]
+
+    @property
+    def rank(self) -> int:                 # type: ignore[override]
+        return self._shard()[1]
+
+    @property
+    def samples_per_rank(self) -> int:
+        replicas = self.num_replicas
+        return self.n // replicas if self.drop_last else math.ceil(self.n / replicas)
+
+    @property
+    def num_samples(self) -> int:          # type: ignore[override]
+        return self.samples_per_rank
+
+    @property
+    def total_size(self) -> int:           # type: ignore[override]
+        return self.samples_per_rank * self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -112,10 +144,11 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         """This rank's whole epoch, in order."""
         order = (permutation(self.seed, self.epoch, self.n) if self.shuffle
                  else torch.arange(self.n))
-        total = self.samples_per_rank * self.num_replicas
+        replicas, rank = self._shard()
+        total = self.total_size
         if total > self.n:                                   # pad by wrapping around
             order = torch.cat([order, order.repeat(math.ceil(total / self.n))[:total - self.n]])
-        return order[:total][self.rank::self.num_replicas].tolist()
+        return order[:total][rank::replicas].tolist()
 
     def __iter__(self) -> Iterator[int]:
         start, self.start = self.start, 0

@@ -184,8 +184,7 @@ class EpochLoops:
         told otherwise."""
         return self._samplers.made(ResumableSampler(
             data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
-            num_replicas=_env.world_size() if num_replicas is None else num_replicas,
-            rank=_env.rank() if rank is None else rank))
+            num_replicas=num_replicas, rank=rank))
 
     def epoch_range(self, num_epochs: int) -> Iterator[int]:
         """The epochs from the current position on (for loops over your own DataLoader). After

@@ -111,7 +111,7 @@ class ShockwaveCallback(pl.Callback):
         """The DataLoader sampler this callback resumes mid-epoch (seeded, sharded by rank)."""
         return self._samplers.made(ResumableSampler(
             data, seed=self.seed, shuffle=shuffle, drop_last=drop_last,
-            num_replicas=_env.world_size(), rank=_env.rank()))
+            num_replicas=None, rank=None))
 
     # ------------------------------------------------------------------ setup and resume
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
