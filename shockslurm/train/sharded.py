@@ -38,7 +38,7 @@ import torch.distributed as dist
 from ..atomic import atomic_write, fsync_dir
 from .collective import done_alone, gathered
 from .checkpoint import file_sha256, load_checked, rotate, sha256sum_line
-from .state import rng_state, set_rng_state
+from .state import Optimizers, each, rng_state, set_rng_state
 
 log = logging.getLogger("shockslurm.train")
 
@@ -130,7 +130,7 @@ class ShardedCheckpointManager:
                       for e in os.scandir(self.directory)
                       if (m := _NAME_RE.match(e.name)) and e.is_dir())
 
-    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, step: int,
+    def save(self, model: torch.nn.Module, optimizer: Optimizers | None, step: int,
              extras: dict[str, Any] | None = None) -> Path:
         """Checkpoint (collective); returns the checkpoint's directory. Rank 0 checksums every
         rank's files while the others wait for its word, which fails after the process group's
@@ -177,7 +177,7 @@ class ShardedCheckpointManager:
         return None
 
     def load_latest(self, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None) -> tuple[Path, int] | None:
+                    optimizer: Optimizers | None = None) -> tuple[Path, int] | None:
         """Load the newest good checkpoint into `model` / `optimizer` (collective); returns its
         directory and step, or None when there is none."""
         import torch.distributed.checkpoint as dcp
@@ -190,7 +190,7 @@ class ShardedCheckpointManager:
         state = _state(model, optimizer)
         state["meta"] = {"step": 0}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer if optimizer is not None else (),
+        set_state_dict(model, each(optimizer),
                        model_state_dict=state["model"],
                        optim_state_dict=state.get("optim", {}))
         rank0 = load_checked(path / RANK0_FILE, str(path / RANK0_FILE))   # (in the manifest)
@@ -241,10 +241,10 @@ def _recover_replaced(directory: Path) -> None:
                         "did not finish", final)
 
 
-def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+def _state(model: torch.nn.Module, optimizer: Optimizers | None) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else ())
+    model_sd, optim_sd = get_state_dict(model, each(optimizer))
     state: dict[str, Any] = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd

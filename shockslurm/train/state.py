@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, cast
+from typing import Any, Mapping, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -14,6 +14,11 @@ import torch
 from .checkpoint import FORMAT_VERSION, FORMATS_READ, CheckpointMismatch, CorruptCheckpoint
 
 log = logging.getLogger("shockslurm.train")
+
+# What `optimizer` may be: one, or several (a GAN's generator and discriminator optimizers),
+# each saved and restored as its own (`states_of`, `_load_into`)
+Optimizers = Union[torch.optim.Optimizer, Sequence[torch.optim.Optimizer],
+                   Mapping[str, torch.optim.Optimizer]]
 
 
 def _numpy_rng_state() -> dict[str, Any]:
@@ -78,7 +83,7 @@ def _model_state(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any
     return saved
 
 
-def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+def capture(model: torch.nn.Module, optimizer: Optimizers | None = None, *,
             scheduler: Any = None, scaler: Any = None, data: dict[str, Any] | None = None,
             batch_size: int | None = None, step: int = 0,
             extras: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -88,7 +93,7 @@ def capture(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = No
         **loop_state(scheduler=scheduler, scaler=scaler, data=data, batch_size=batch_size,
                      step=step, extras=extras),
         "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "optimizer": states_of(optimizer),
         "rng": rng_state(),
     }
 
@@ -102,8 +107,8 @@ def loop_state(*, scheduler: Any = None, scaler: Any = None, data: dict[str, Any
     return {
         "format": FORMAT_VERSION,
         "step": int(step),
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "scaler": scaler.state_dict() if scaler is not None else None,
+        "scheduler": states_of(scheduler),
+        "scaler": states_of(scaler),
         "data": dict(data or {}),
         "batch_size": batch_size,
         "extras": dict(extras or {}),
@@ -128,10 +133,49 @@ def check_format(state: dict[str, Any], name: str,
                                 f"{', '.join(missing)})")
 
 
+def each(obj: Any) -> list[Any]:
+    """The objects of a part given as one (an optimizer), several (a list, tuple or dict of
+    them: a GAN's two optimizers) or None (none)."""
+    if obj is None:
+        return []
+    if isinstance(obj, Mapping):
+        return [o for v in obj.values() for o in each(v)]
+    if isinstance(obj, (list, tuple)):
+        return [o for v in obj for o in each(v)]
+    return [obj]
+
+
+def states_of(obj: Any) -> Any:
+    """`obj.state_dict()`, or a list or dict of those for several objects (`each`); None for
+    None."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return {k: states_of(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [states_of(v) for v in obj]
+    return obj.state_dict()
+
+
 def _load_into(obj: Any, saved: Any, what: str) -> None:
-    """`obj.load_state_dict(saved)`; a state that does not fit `obj` (other keys, shapes or
-    parameter groups: another model's) is a `CheckpointMismatch` saying which part. Running
-    out of memory, or any other error, is not a mismatch and propagates as it is."""
+    """`obj.load_state_dict(saved)` (for several objects, each its own: `states_of`); a state
+    that does not fit `obj` (other keys, shapes or parameter groups: another model's; another
+    number of optimizers) is a `CheckpointMismatch` saying which part. Running out of memory,
+    or any other error, is not a mismatch and propagates as it is."""
+    if isinstance(obj, Mapping):
+        if not isinstance(saved, dict) or sorted(saved) != sorted(obj):
+            raise _several_mismatch(what, saved, obj)
+        for name in sorted(obj):
+            _load_into(obj[name], saved[name], f"{what} {name!r}")
+        return
+    if isinstance(obj, (list, tuple)):
+        if not isinstance(saved, list) or len(saved) != len(obj):
+            raise _several_mismatch(what, saved, obj)
+        for i, (one, its) in enumerate(zip(obj, saved)):
+            _load_into(one, its, f"{what} {i}")
+        return
+    if isinstance(saved, list):
+        raise _several_mismatch(what, saved, obj)
     try:
         obj.load_state_dict(saved)
     except torch.OutOfMemoryError:
@@ -139,6 +183,20 @@ def _load_into(obj: Any, saved: Any, what: str) -> None:
     except (RuntimeError, KeyError, ValueError) as exc:
         raise CheckpointMismatch(f"the checkpoint's {what} state does not fit this run's "
                                  f"{what}: {str(exc).strip()[:500]}") from exc
+
+
+def _several_mismatch(what: str, saved: Any, obj: Any) -> CheckpointMismatch:
+    """A checkpoint with another number (or other names) of `what` objects than this run's."""
+    named = isinstance(obj, Mapping)     # a saved dict is one state unless names are asked
+
+    def shape(value: Any) -> str:
+        if isinstance(value, (list, tuple)):
+            return f"a list of {len(value)}"
+        if isinstance(value, Mapping) and named:
+            return "a dict of " + ", ".join(repr(k) for k in sorted(value))
+        return "one"
+    return CheckpointMismatch(f"the checkpoint holds {shape(saved)} {what} states, this run "
+                              f"has {shape(obj)}")
 
 
 def _owned(value: Any) -> Any:
@@ -156,7 +214,7 @@ def _owned(value: Any) -> Any:
 
 
 def restore(state: dict[str, Any], model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer | None = None, *, scheduler: Any = None,
+            optimizer: Optimizers | None = None, *, scheduler: Any = None,
             scaler: Any = None, rng: bool = True, rng_rank: int = 0,
             world_size: int = 1) -> None:
     """Load a `capture()` dict back into live objects (RNG last, so nothing consumes it after).

@@ -84,7 +84,8 @@ from .lease import Lease
 from .reports import Reporter, reporter_from_env
 from .collective import RankFailed, gathered
 from .sharded import ShardedCheckpointManager, sharded_model
-from .state import LOOP_KEYS, capture, check_format, loop_state, restore, restore_parts
+from .state import (LOOP_KEYS, Optimizers, capture, check_format, each, loop_state, restore,
+                    restore_parts)
 from .data import SamplerSeeds
 from .window import ThroughputWindow
 
@@ -97,7 +98,8 @@ __all__ = ["ShockTrainer", "Schedule", "batch_size_for", "fetch"]
 class ShockTrainer(EpochLoops):
     """Checkpoint / lease / report helper around a training loop (best used as a context manager).
 
-    model, optimizer, scheduler, scaler: what is checkpointed (a DDP / DataParallel / compiled
+    model, optimizer, scheduler, scaler: what is checkpointed (optimizer and scheduler may be
+    several, a list or a dict of them: a GAN's two; a DDP / DataParallel / compiled
     model is saved by its inner module's keys). ckpt_dir: where checkpoints go (`keep` newest are
     kept). every_steps / every_seconds: checkpoint cadence. seed: the data order's seed.
     check_every: poll the stop flag every that many steps (always at the first). exit_on_stop:
@@ -105,7 +107,7 @@ class ShockTrainer(EpochLoops):
     newest checkpoint on entry. reporter / lease: injected instead of the ones built from the
     environment. extras: a dict of your own saved with every checkpoint (`st.extras`)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+    def __init__(self, model: torch.nn.Module, optimizer: Optimizers | None = None,
                  *, ckpt_dir: str | os.PathLike[str], scheduler: Any = None, scaler: Any = None,
                  every_steps: int | None = None, every_seconds: float | None = 600.0,
                  keep: int = 3, seed: int = 0, check_every: int = 1,
@@ -280,10 +282,10 @@ class ShockTrainer(EpochLoops):
             self.seed = self._samplers.take(int(data["seed"]), self.seed)
         self.extras.clear()          # the same dict: references taken before stay live
         self.extras.update(state.get("extras") or {})
-        if self.optimizer is not None and self.global_step > 0:
+        for optimizer in each(self.optimizer) if self.global_step > 0 else ():
             # The optimizer did step in the previous life: spare the scheduler's "step() before
             # optimizer.step()" warning when the resumed epoch has no batches left.
-            self.optimizer._opt_called = True  # type: ignore[attr-defined]
+            optimizer._opt_called = True
         self.resumed_from = path
         self._last_save_step = self.saves.good_step = self.global_step
         self._resume_pending = True
