@@ -148,3 +148,19 @@ def test_a_bad_argument_is_refused_when_the_callback_is_made(tmp_path: Path, bad
     with pytest.raises(ValueError) as err:
         ShockwaveCallback(tmp_path / "ckpt", **bad)
     assert str(err.value).startswith(says)
+
+
+def test_a_strategy_that_shards_the_states_is_refused():
+    """FSDP, model parallelism (and DeepSpeed) load the weights in their own `load_checkpoint`,
+    which the callback's resume does not go through: it resumed from untrained weights (and under
+    FSDP's sharded state dicts wrote rank 0's shards only), in silence. Refused when `fit`
+    sets the callback up; DDP is not."""
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, ModelParallelStrategy
+
+    from shockslurm.train.lightning import refuse_sharding_strategy
+
+    for strategy in (FSDPStrategy(), FSDPStrategy(state_dict_type="sharded"),
+                     ModelParallelStrategy()):
+        with pytest.raises(ValueError, match=f"{type(strategy).__name__} shards the model"):
+            refuse_sharding_strategy(strategy)
+    refuse_sharding_strategy(DDPStrategy())

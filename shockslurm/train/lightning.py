@@ -115,6 +115,7 @@ class ShockwaveCallback(pl.Callback):
 
     # ------------------------------------------------------------------ setup and resume
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        refuse_sharding_strategy(trainer.strategy)
         env = trainer._accelerator_connector.cluster_environment
         if isinstance(env, SLURMEnvironment) and env.auto_requeue:
             env.auto_requeue = False       # the daemon requeues; Lightning must not (see above)
@@ -325,6 +326,26 @@ class ShockwaveCallback(pl.Callback):
             log.warning("shockslurm.train: exiting 0 at step %d for Slurm to requeue",
                         trainer.global_step)
             raise SystemExit(0)
+
+
+# Strategies that shard the states and load them in their own `load_checkpoint` (their
+# `load_model_state_dict` does nothing), which the callback's resume does not go through
+SHARDING_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy")
+
+
+def refuse_sharding_strategy(strategy: Any) -> None:
+    """A ValueError for a strategy the callback cannot checkpoint: it writes Lightning's
+    checkpoint dict from rank 0 and resumes by handing that dict to Lightning, so under FSDP,
+    model parallelism or DeepSpeed the file would hold rank 0's shards at most and a resume would
+    go on from untrained weights (those strategies load the weights in `load_checkpoint`; read
+    from Lightning 2.6's source, not run: Lightning's FSDP needs a GPU)."""
+    names = {cls.__name__ for cls in type(strategy).__mro__}
+    found = next((n for n in SHARDING_STRATEGIES if n in names), None)
+    if found is not None:
+        raise ValueError(f"{WHO}: strategy {found} shards the model's states, which this "
+                         "callback does not checkpoint (it would resume from untrained "
+                         "weights); use strategy='ddp', or ShockTrainer, which checkpoints an "
+                         "FSDP model shard by shard")
 
 
 def _check_lightning(state: dict[str, Any], name: str) -> None:
