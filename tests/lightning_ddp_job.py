@@ -3,7 +3,8 @@
 CKPT_DIR OUT STOP_AT`. Each rank seeds its own RNG apart (its dropout masks differ), the
 training data go through `cb.sampler(dataset)`; rank 0 signals itself (SIGUSR1, as Slurm does)
 in its training step STOP_AT (0: never). Rank 0 saves the final weights to OUT after an
-uninterrupted end; every rank prints its step, whether it stopped, and where it resumed from."""
+uninterrupted end; every rank prints its step, whether it stopped, and where it resumed from,
+and writes that line to OUT.rank<N> (its own file: the ranks share one stdout)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,11 @@ def main(ckpt: str, out: str, stop_at: int) -> None:
     trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data)))
     if trainer.global_rank == 0 and not cb.should_stop:
         torch.save(model.state_dict(), out)
-    print(f"rank {trainer.global_rank} step {trainer.global_step} stopped {cb.should_stop} "
-          f"resumed {cb.resumed_from.name if cb.resumed_from else None}", flush=True)
+    said = (f"rank {trainer.global_rank} step {trainer.global_step} stopped {cb.should_stop} "
+            f"resumed {cb.resumed_from.name if cb.resumed_from else None}")
+    print(said, flush=True)
+    with open(f"{out}.rank{trainer.global_rank}", "w") as fh:   # (the ranks share one stdout)
+        fh.write(said + "\n")
     torch.distributed.barrier()          # ranks leave together (tests/gloo_ranks.py says why)
     torch.distributed.destroy_process_group()
 

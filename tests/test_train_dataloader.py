@@ -206,3 +206,19 @@ def test_epochs_says_that_every_rank_gets_the_same_batches(tmp_path, monkeypatch
                 for _ in batches:
                     st.step()
     assert "epochs() gives every one of the 2 ranks the same batches" in caplog.text
+
+
+def test_a_sampler_made_before_the_ranks_are_known_shards_as_they_run(monkeypatch):
+    """`st.sampler()` (num_replicas / rank None) takes the world size and rank when an epoch is
+    drawn: a DataLoader built before Lightning starts the ranks (it sets WORLD_SIZE and starts
+    rank 1 only in `fit`) was unsharded on rank 0 and rank 0 of 2 on rank 1."""
+    from shockslurm.train.data import ResumableSampler
+
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    early = ResumableSampler(10, seed=1, num_replicas=None, rank=None)
+    assert len(early) == 10
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert len(early) == 5 and early.num_replicas == 2 and early.rank == 1
+    assert list(early) == ResumableSampler(10, seed=1, num_replicas=2, rank=1).indices()

@@ -28,8 +28,13 @@ LAUNCHERS = {"torchrun": [sys.executable, "-m", "torch.distributed.run", "--stan
 def _run_with(launcher: str, ckpt: Path, out: Path, stop_at: int) -> list[tuple[str, ...]]:
     done = subprocess.run([*LAUNCHERS[launcher], str(JOB), str(ckpt), str(out), str(stop_at)],
                           capture_output=True, text=True, timeout=300, env=job_env())
-    assert done.returncode == 0, done.stderr[-3000:]
-    return sorted(LINE_RE.findall(done.stdout))
+    shown = f"rc {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, shown
+    said = "".join(Path(f"{out}.rank{rank}").read_text() if Path(f"{out}.rank{rank}").exists()
+                   else "" for rank in (0, 1))
+    lines = sorted(LINE_RE.findall(said))
+    assert len(lines) == 2, shown
+    return lines
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
