@@ -120,10 +120,12 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
     def rank(self) -> int:                 # type: ignore[override]
         return self._shard()[1]
 
+    def _per_rank(self, replicas: int) -> int:
+        return self.n // replicas if self.drop_last else math.ceil(self.n / replicas)
+
     @property
     def samples_per_rank(self) -> int:
-        replicas = self.num_replicas
-        return self.n // replicas if self.drop_last else math.ceil(self.n / replicas)
+        return self._per_rank(self.num_replicas)
 
     @property
     def num_samples(self) -> int:          # type: ignore[override]
@@ -131,7 +133,8 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
 
     @property
     def total_size(self) -> int:           # type: ignore[override]
-        return self.samples_per_rank * self.num_replicas
+        replicas = self.num_replicas
+        return self._per_rank(replicas) * replicas
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -144,8 +147,8 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         """This rank's whole epoch, in order."""
         order = (permutation(self.seed, self.epoch, self.n) if self.shuffle
                  else torch.arange(self.n))
-        replicas, rank = self._shard()
-        total = self.total_size
+        replicas, rank = self._shard()                       # read once for the epoch
+        total = self._per_rank(replicas) * replicas
         if total > self.n:                                   # pad by wrapping around
             order = torch.cat([order, order.repeat(math.ceil(total / self.n))[:total - self.n]])
         return order[:total][rank::replicas].tolist()
