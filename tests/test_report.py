@@ -121,6 +121,45 @@ def test_report_on_missing_store_is_a_clear_error(tmp_path: Path) -> None:
     assert not db.exists()          # opening it must not leave an empty store behind
 
 
+def _damaged_copy(simulated: tuple[Path, list[str]], tmp_path: Path, how: str) -> Path:
+    """A copy of the simulated store with its plan entries dropped (a table changed by hand),
+    or with that table's first page overwritten by zeros (a damaged file)."""
+    import shutil
+    import sqlite3
+
+    copy = tmp_path / "copy.db"
+    shutil.copy(simulated[0] / "runs.db", copy)
+    if how == "dropped":
+        with sqlite3.connect(copy) as conn:
+            conn.execute("PRAGMA foreign_keys = OFF")
+            conn.execute("DROP TABLE plan_entries")
+    else:
+        with sqlite3.connect(copy) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+            root = conn.execute("SELECT rootpage FROM sqlite_master "
+                                "WHERE name = 'plan_entries'").fetchone()[0]
+        with open(copy, "r+b") as fh:       # the table's first page: zeros
+            fh.seek((root - 1) * size)
+            fh.write(bytes(size))
+    return copy
+
+
+@pytest.mark.parametrize("how, said", [("dropped", "no such table: plan_entries"),
+                                       ("zeroed", "malformed")])
+def test_report_on_a_damaged_store_names_it_in_one_line(
+        simulated: tuple[Path, list[str]], tmp_path: Path, how: str, said: str) -> None:
+    """A database error met in a damaged store, or in one whose tables were changed by hand,
+    was a SQLAlchemy traceback; now an `Error:` line naming the store and the driver's word."""
+    copy = _damaged_copy(simulated, tmp_path, how)
+    result = CliRunner().invoke(cli, ["report", "--db", str(copy), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: the store sqlite:///{copy} cannot be used: "), \
+        result.output
+    assert said in result.output and "damaged or was changed outside shockslurm" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_plots_without_data_still_render(tmp_path: Path) -> None:
     """A live run with no completion events has no rho chart; empty runs still draw a frame."""
     paths = write_run_plots([RunSeries("run 7 shockwave", "shockwave")], tmp_path)

@@ -264,3 +264,47 @@ def test_a_dry_run_previews_a_script_that_is_not_here(tmp_path: Path,
                                        "--script", "elsewhere/train.py"])
     assert result.exit_code == 0, result.output
     assert "elsewhere/train.py" in result.output and not recording_sbatch.exists()
+
+
+@pytest.mark.parametrize("store, problem", [("adir", "not a regular file"),
+                                            ("junk.db", "cannot"),
+                                            ("mysql://h/x", "unsupported store")])
+def test_a_store_that_cannot_be_used_stops_shocksub_before_submitting(
+        tmp_path: Path, recording_sbatch: Path, store: str, problem: str) -> None:
+    """`--db` was opened after sbatch had taken the job: exit 0, a warning, and the job's
+    report key never stored (the daemon then refused its reports). Now nothing is submitted."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "junk.db").write_bytes(b"not a database, " * 512)
+    for dry in ([], ["--dry-run"]):
+        if dry and store == "junk.db":
+            continue                    # a dry run checks the URL only: it opens nothing
+        result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3",
+                                           "--script-dir", str(tmp_path / "scripts"),
+                                           "--db", store, *dry, "--", "true"])
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for '--db'" in result.output and problem in result.output, \
+            result.output
+        assert "Traceback" not in result.output
+        assert not recording_sbatch.exists() and not (tmp_path / "scripts").exists()
+
+
+def test_a_store_damaged_inside_is_said_after_the_submission(tmp_path: Path,
+                                                             recording_sbatch: Path) -> None:
+    """A store that opens but fails when written (here: its jobs table dropped by hand) is
+    found only when the job is registered: the job is in Slurm (its id printed, exit 0) and
+    the failure is one line naming the store, not a traceback."""
+    import sqlite3
+
+    from shockslurm.store import open_store
+
+    open_store(str(tmp_path / "s.db"), create=True).dispose()
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("DROP TABLE jobs")
+    result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "3", "--script-dir",
+                                       str(tmp_path / "scripts"), "--db", "s.db", "--", "true"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "12345"
+    assert ("shocksub: job 12345 submitted but not registered in the store: the store "
+            f"sqlite:///{tmp_path / 's.db'} cannot be used: no such table: jobs") in result.output
+    assert "Traceback" not in result.output

@@ -127,7 +127,7 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
                    "otherwise the catalogue's throughput model or a default is used).")
 @click.option("--db", "db_url", default=None,
               help="Store URL (SQLite path or postgresql+psycopg://...): also register the job "
-                   "spec there after a successful submission.")
+                   "spec there (the store is opened before anything is submitted).")
 @click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True,
               help="Cluster name the spec is registered under (the daemon's [daemon] cluster).")
 @click.option("--script", "script", type=click.Path(dir_okay=False),
@@ -171,6 +171,7 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
             raise click.BadParameter(f"File {script!r} does not exist.",
                                      param_hint="'--script'")
         _check_cluster(req)
+    store = _registry(db_url, dry_run)
     if dry_run:
         placeholder = directory / f"{req.job_name}-XXXXXXXX.sbatch"
         click.echo(text, nl=False)
@@ -184,13 +185,34 @@ def main(command: tuple[str, ...], script: str | None, script_dir: str, dry_run:
     except (OSError, UnicodeError, ShockslurmError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(job_id)
-    if db_url is not None:
+    if store is not None:
         try:
-            register(db_url, cluster, job_id, submitted_at, req, report_secret=secret)
+            register(store, cluster, job_id, submitted_at, req, report_secret=secret)
         except ShockslurmError as exc:
             # The job is in Slurm and carries its spec in the comment: warn, do not fail.
             click.echo(f"shocksub: job {job_id} submitted but not registered in the store: {exc}",
                        err=True)
+        finally:
+            store.dispose()
+
+
+def _registry(db_url: str | None, dry_run: bool) -> Any:
+    """The store the job is registered in (`--db`), opened (created or upgraded) before
+    anything is submitted: a store that cannot be used stops shocksub with nothing in Slurm
+    (until 2026-12-02 the job was submitted first, exit 0, and its report key never stored, so
+    the daemon refused its reports). A dry run creates nothing: it checks the URL only."""
+    if db_url is None:
+        return None
+    from ..store import open_store
+    from ..store.database import make_engine
+
+    try:
+        if dry_run:
+            make_engine(db_url).dispose()
+            return None
+        return open_store(db_url, create=True)
+    except ShockslurmError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--db'") from None
 
 
 def _write_script(directory: Path, job_name: str, text: str) -> str:
@@ -249,19 +271,18 @@ def _print_status(job_id: int, db_url: str | None, cluster: str) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-def register(db_url: str, cluster: str, job_id: int, submit_s: float, req: JobRequest, *,
+def register(engine: Any, cluster: str, job_id: int, submit_s: float, req: JobRequest, *,
              report_secret: str | None = None) -> None:
-    """Record the submitted job's spec in the store (the daemon's fallback when a comment is
-    lost or edited) and the key its reports must be signed with (derived from the secret; the
-    secret itself is never stored)."""
+    """Record the submitted job's spec in the store (`engine`, `_registry`'s; the daemon's
+    fallback when a comment is lost or edited) and the key its reports must be signed with
+    (derived from the secret; the secret itself is never stored)."""
+    from sqlalchemy.exc import SQLAlchemyError
     from sqlalchemy.orm import Session
 
+    from ..store import repository as repo
+    from ..store.database import StoreError, store_failure
     from ..train.records import derive_key
 
-    from ..store import open_store
-    from ..store import repository as repo
-
-    engine = open_store(db_url, create=True)
     try:
         with Session(engine) as session, session.begin():
             repo.register_submitted_job(
@@ -270,8 +291,8 @@ def register(db_url: str, cluster: str, job_id: int, submit_s: float, req: JobRe
                 batch_sizes=req.batch_sizes, gang_size=req.gpus * req.nodes,
                 owner=os.environ.get("USER") or None,
                 report_key=derive_key(report_secret) if report_secret else None)
-    finally:
-        engine.dispose()
+    except SQLAlchemyError as exc:
+        raise StoreError(store_failure(exc)) from None
 
 
 if __name__ == "__main__":

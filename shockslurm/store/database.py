@@ -246,6 +246,7 @@ def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any
             connect_args = {**postgresql_timeouts(parsed, timeout_s), **kwargs.pop("connect_args", {})}
             engine = create_engine(parsed, pool_pre_ping=True, connect_args=connect_args,
                                    **kwargs)
+        _name_the_store(engine)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise StoreError(f"cannot use the store URL {_safe(parsed)}: {exc}") from None
     except ImportError as exc:   # a dialect whose driver is not installed
@@ -257,6 +258,25 @@ def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any
         raise StoreError(f"cannot use the store URL {_safe(parsed)}: a query parameter is "
                          f"malformed ({exc})") from None
     return engine
+
+
+def _name_the_store(engine: Engine) -> None:
+    """Every database error raised through `engine` remembers its store (`store_failure` names
+    it): a command that meets one says which store, not only what the driver said."""
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        if context.sqlalchemy_exception is not None:
+            context.sqlalchemy_exception.shockslurm_store = _safe(engine.url)
+
+
+def store_failure(exc: BaseException) -> str:
+    """What a command says of a database error no code of it expected: a damaged store (SQLite's
+    "database disk image is malformed"), or one whose tables were changed outside shockslurm (a
+    table or column missing)."""
+    where = getattr(exc, "shockslurm_store", None)
+    return (f"the store {where or '(--db)'} cannot be used: {describe(exc)}; it is damaged or "
+            "was changed outside shockslurm (for SQLite, `sqlite3 FILE 'PRAGMA "
+            "integrity_check'` tells which): restore it from a backup, or start a new store")
 
 
 def describe(exc: BaseException) -> str:
