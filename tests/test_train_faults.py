@@ -168,6 +168,50 @@ def test_extras_are_the_callers_dict_before_and_after_a_resume(tmp_path: Path):
         _trainer(tmp_path, extras=[1, 2])
 
 
+def _ema_run(ckpt: Path, stop_at: int | None, steps: int = 12) -> dict[str, torch.Tensor]:
+    """One life of a job that keeps an EMA of its model in `extras` (its `state_dict()`, whose
+    tensors are the EMA's own), as EMA code does; stops after step `stop_at`; the EMA's state."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ema = torch.nn.Linear(4, 2).requires_grad_(False)
+    ema.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    st = ShockTrainer(model, opt, ckpt_dir=ckpt, reporter=Reporter(None), every_seconds=None,
+                      extras={"ema": ema.state_dict(), "seen": [torch.zeros(1)]})
+    with st:
+        if st.resumed_from:
+            ema.load_state_dict(st.extras["ema"])
+        x = torch.arange(8.0).reshape(2, 4)
+        while st.global_step < steps:
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+            with torch.no_grad():
+                for e, p in zip(ema.parameters(), model.parameters()):
+                    e.mul_(0.5).add_(p, alpha=0.5)
+                st.extras["seen"][0] += 1
+            if st.global_step + 1 == stop_at:
+                st.request_stop()
+            if st.step():
+                break
+    return {**{k: v.clone() for k, v in ema.state_dict().items()},
+            "seen": st.extras["seen"][0].clone()}
+
+
+def test_tensors_in_extras_stay_the_runs_own_through_several_resumes(tmp_path: Path):
+    """A resume put the loaded tensors into `extras` in place of the run's: an EMA kept there
+    (`ema.state_dict()`) was saved as it was at the first resume by every later checkpoint, so
+    after a second stop and resume it had lost the updates in between. Now the loaded values
+    are copied into the run's own tensors: two stops end as the run without any."""
+    whole = _ema_run(tmp_path / "whole", None)
+    for stop_at in (3, 7, None):
+        stopped = _ema_run(tmp_path / "stopped", stop_at)
+    assert stopped.keys() == whole.keys()
+    for key in whole:
+        assert torch.equal(stopped[key], whole[key]), key
+    assert stopped["seen"].item() == 12
+
+
 @pytest.mark.parametrize("schedule", [math.nan, 4.5, True, "32", None])
 def test_bad_batch_size_schedules_are_refused(schedule: object):
     with pytest.raises(ValueError, match="batch-size schedule must be|batch size for epoch"):

@@ -213,6 +213,32 @@ def _owned(value: Any) -> Any:
     return value
 
 
+def restored_into(current: Any, saved: Any) -> Any:
+    """The value of `extras` to hold after a resume: `saved` (as loaded) copied into `current`'s
+    own tensors where `current` has its shape (a tensor of the same size and dtype; a dict with
+    the same keys, a list or tuple of the same length, in depth), so a reference the run keeps
+    (an EMA's `state_dict()`, whose tensors are the EMA's) holds the resumed values and the next
+    checkpoint saves what it becomes; else a copy of `saved` (`_owned`: not the memory-mapped
+    checkpoint file's). Until 2026-12-02 `saved` replaced it: an EMA kept in `extras` was saved
+    as it was at the first resume by every later checkpoint."""
+    if isinstance(current, torch.Tensor) and isinstance(saved, torch.Tensor):
+        if current.shape != saved.shape or current.dtype != saved.dtype:
+            return _owned(saved)
+        with torch.no_grad():
+            current.copy_(saved)
+        return current
+    if isinstance(current, dict) and isinstance(saved, dict) and current.keys() == saved.keys():
+        for key, value in saved.items():
+            current[key] = restored_into(current[key], value)
+        return current
+    if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
+        current[:] = [restored_into(c, v) for c, v in zip(current, saved)]
+        return current
+    if type(current) is tuple and type(saved) is tuple and len(current) == len(saved):
+        return tuple(restored_into(c, v) for c, v in zip(current, saved))
+    return _owned(saved)
+
+
 def restore(state: dict[str, Any], model: torch.nn.Module,
             optimizer: Optimizers | None = None, *, scheduler: Any = None,
             scaler: Any = None, rng: bool = True, rng_rank: int = 0,

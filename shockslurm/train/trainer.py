@@ -85,7 +85,7 @@ from .reports import Reporter, reporter_from_env
 from .collective import RankFailed, gathered
 from .sharded import ShardedCheckpointManager, sharded_model
 from .state import (LOOP_KEYS, Optimizers, capture, check_format, each, loop_state, restore,
-                    restore_parts)
+                    restore_parts, restored_into)
 from .data import SamplerSeeds
 from .window import ThroughputWindow
 
@@ -280,8 +280,8 @@ class ShockTrainer(EpochLoops):
         if data.get("seed") is not None and data["seed"] != self.seed:
             # also for a DataLoader built before this resume
             self.seed = self._samplers.take(int(data["seed"]), self.seed)
-        self.extras.clear()          # the same dict: references taken before stay live
-        self.extras.update(state.get("extras") or {})
+        for key, value in (state.get("extras") or {}).items():   # the same dict and tensors:
+            self.extras[key] = restored_into(self.extras.get(key), value)   # references stay live
         for optimizer in each(self.optimizer) if self.global_step > 0 else ():
             # The optimizer did step in the previous life: spare the scheduler's "step() before
             # optimizer.step()" warning when the resumed epoch has no batches left.
