@@ -51,3 +51,12 @@ def raw_text(value: str, limit: int = 60) -> str:
     except UnicodeEncodeError:      # a lone surrogate no command line produces
         shown = ascii(value)[1:-1]
     return shown if len(shown) <= limit else shown[:limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """`text` for a terminal: each character that is not printable (a newline, NUL, a terminal
+    escape, a right-to-left override) as its escape (`\\n`, `\\x00`, `\\u202e`), so a value from
+    a job (its name, a report's detail) cannot forge a line or a column of a table."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

@@ -209,6 +209,22 @@ def test_shocksub_status(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "round 3 release  rc=0  scontrol release 102" in result.output
 
 
+def test_a_job_name_cannot_forge_a_row_or_a_column() -> None:
+    """A job named with a newline and a row of text showed as two jobs in the table (and NUL
+    and terminal escapes reached the terminal); now each is shown escaped, one row a job."""
+    from dataclasses import replace
+
+    forged = "rec-run\n   99  forged  alice  RUNNING"
+    jobs = [replace(_job(101), name=forged), replace(_job(102), name="x\x00\x1b[2J\u202eok")]
+    rows, _ = status_cli.collect(jobs, None, "slurm", now=NOW)
+    lines = format_table(rows).splitlines()
+    assert len(lines) == 3, lines
+    assert "rec-run\\n   99  forged" in lines[1] and lines[1].split()[0] == "101"
+    assert "x\\x00\\x1b[2J\\u202eok" in lines[2]
+    assert all(line.isprintable() for line in lines)
+    assert rows[0].name == forged          # --json keeps the name as Slurm has it
+
+
 def test_format_duration() -> None:
     assert [format_duration(x) for x in (None, 42.2, 310, 3 * 3600 + 125)] == [
         "-", "42s", "5m10s", "3h02m"]

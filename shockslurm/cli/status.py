@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import click
 
-from ..errors import ShockslurmError
+from ..errors import ShockslurmError, printable
 from ..siteconfig import DEFAULT_CLUSTER
 from ..slurm.types import SlurmJob
 from .daemon_config import config_option, found_daemon_config
@@ -123,7 +123,9 @@ def describe_job(job_id: int, db_url: str | None, cluster: str,
         events = info.events if info else []
         intents = info.intents if info else []
         lines.append(f"recent events (last {HISTORY}):" if events else "recent events: none")
-        lines += [f"  {t:.0f}  {kind}  {detail}".rstrip() for t, kind, detail in events]
+        lines += [printable(f"  {t:.0f}  {kind}  {detail}".rstrip())
+                  for t, kind, detail in events]
         lines.append(f"recent intents (last {HISTORY}):" if intents else "recent intents: none")
-        lines += [f"  {when}  {what}  {rc}  {argv}" for when, what, rc, argv in intents]
+        lines += [printable(f"  {when}  {what}  {rc}  {argv}")
+                  for when, what, rc, argv in intents]
     return "\n".join(lines)

@@ -38,6 +38,7 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from ..errors import printable
 from ..forecast import dirichlet_remaining_time
 from ..live import specs
 from ..live.specs import LiveSpec, epoch_seconds
@@ -115,9 +116,11 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_table(rows: Sequence[StatusRow]) -> str:
-    """Left-aligned text columns, numbers right-aligned."""
+    """Left-aligned text columns, numbers right-aligned; what a job named itself (a newline, a
+    terminal escape) shown escaped (`errors.printable`): a job named with a newline and a row
+    of text showed as two jobs."""
     numeric = {0, 5, 6, 7, 8, 9, 10}
-    table = [HEADERS] + [r.cells() for r in rows]
+    table = [HEADERS] + [[printable(c) for c in r.cells()] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
     out = []
     for line in table:
