@@ -89,6 +89,9 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"not UTF-8 text: {exc}", source=str(path)) from None
     except ValueError as exc:       # TOMLDecodeError, or an integer of over 4,300 digits
         raise ConfigError(f"not valid TOML: {exc}", source=str(path)) from None
+    except RecursionError:          # arrays nested some thousand deep
+        raise ConfigError("not usable TOML: its values are nested too deep",
+                          source=str(path)) from None
 
 
 @dataclass(frozen=True)

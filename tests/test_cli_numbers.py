@@ -28,6 +28,7 @@ FAMILY = ["bench", "live-family", "--seeds", "10"]
     (["simulate", "--restart-overhead", "1e400"], "--restart-overhead"),
     (["simulate", "--resolve-interval", "nan"], "--resolve-interval"),
     (["simulate", "--resolve-interval", "-inf"], "--resolve-interval"),
+    (["simulate", "--resolve-interval", "1e300"], "--resolve-interval"),   # ran for ever
     (["simulate", "--gpus", "1000000000"], "--gpus"),
     (["simulate", "--cluster", "1x1000000000"], "--cluster"),
     (["simulate", "--cluster", "99999999999x1"], "--cluster"),

@@ -79,9 +79,10 @@ def _parse_error(data: dict[str, Any], env: dict[str, str] | None = None) -> Con
     ("time_limit_s", MAX_TIME_LIMIT_S + 1, "time_limit_s must be > 0 and <= 3600"),
     ("mip_time_limit_s", 1e20, "mip_time_limit_s must be > 0 and <= 3600"),
     ("k", 10 ** 400, "k must be a finite number"),      # math.isfinite raised OverflowError
+    ("min_resolve_interval_s", 1e300, "must be a finite number >= 0, <= 86400"),   # ran for ever
     ("log_breakpoints", [0, 10 ** 400, 1], "log_breakpoints must be a list of finite numbers"),
 ], ids=["rounds-1e6", "rounds-over", "rounds-1e20", "rounds-huge-int", "breakpoints",
-        "time-limit", "mip-time-limit", "k-huge-int", "breakpoint-huge-int"])
+        "time-limit", "mip-time-limit", "k-huge-int", "resolve-gate", "breakpoint-huge-int"])
 def test_policy_options_that_size_a_resolve_are_bounded(tmp_path: Path, option: str,
                                                         value: Any, said: str) -> None:
     err = _parse_error({"policy": {option: value}})
@@ -271,3 +272,13 @@ def test_an_integer_too_long_to_parse_is_a_toml_error(tmp_path: Path) -> None:
     var = "SHOCKSLURM_DAEMON_ROUND_SECONDS"
     _refused(_cli_check(_file(tmp_path, ""), {var: "1" * 5000}),
              f"environment variable {var}, field 'daemon.round_seconds': must be a number")
+
+
+def test_values_nested_too_deep_are_refused_naming_the_file(tmp_path: Path) -> None:
+    """Arrays nested some thousand deep made tomllib raise RecursionError: a traceback from
+    `config check`, the daemon's start and every command that reads a configuration."""
+    deep = "[" * 3000 + "]" * 3000
+    path = _file(tmp_path, f"[daemon]\npartitions = {deep}\n")
+    _refused(_cli_check(path), str(path), "nested too deep")
+    with pytest.raises(ConfigError, match="nested too deep"):
+        read_toml(path)

@@ -12,6 +12,7 @@ from ..errors import ShockslurmError
 from ..model import MAX_CLUSTER_GPUS, JobSpec, Node
 from ..ops.config import (SETTINGS_KEYS, assign_policy_options, check_policy_settings,
                           parse_policy_assignments, read_policy_table)
+from ..ops.keys import MAX_WAIT_SECONDS
 from ..policies import PolicySettings, policy_names
 from ..sim.cluster import RESTART_OVERHEAD_S
 from ..sim.jobs import ADAPTATION_MODES
@@ -126,12 +127,13 @@ def format_table(results: list[SimResult]) -> str:
                    "simulator's rules (comparable with its published numbers), 'profile' follows "
                    "each job's declared per-epoch schedule; 'auto' is 'reference' for reference "
                    "TSV traces and 'profile' otherwise.")
-@click.option("--resolve-interval", type=FiniteFloat(min=0),
+@click.option("--resolve-interval", type=FiniteFloat(min=0, max=MAX_WAIT_SECONDS),
               default=PolicySettings.min_resolve_interval_s,
               show_default=True,
               help="Baselines (Gavel-style policies) re-solve at most this often, plus on "
-                   "arrivals and completions after it; 0 re-solves every round. The default is "
-                   "Gavel's gate, as in the reference simulator.")
+                   "arrivals and completions after it; 0 re-solves every round; at most a day "
+                   "(a longer gate ran the simulation for ever). The default is Gavel's gate, "
+                   "as in the reference simulator.")
 @click.option("--idle-new-jobs/--no-idle-new-jobs", default=PolicySettings.idle_unallocated,
               show_default=True,
               help="Baselines leave GPUs idle for jobs that arrive between re-solves until the "

@@ -57,7 +57,7 @@ from .keys import Key as Key
 def _toml_or_text(raw: str) -> Any:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
-    except ValueError:      # TOMLDecodeError, or an integer of over 4,300 digits
+    except (ValueError, RecursionError):   # TOMLDecodeError, over 4,300 digits, deep nesting
         return raw
 
 

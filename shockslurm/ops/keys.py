@@ -346,7 +346,8 @@ class DaemonConfig:
 POLICY_KEYS: tuple[Key, ...] = (
     Key("policy", "min_resolve_interval_s", "nonnegative", _POLICY_DEFAULTS.min_resolve_interval_s,
         "Gavel-style policies re-solve only when the job set changed and this many seconds "
-        "passed (the reference's gate; 0 = every change).", reload=True),
+        "passed (the reference's gate; 0 = every change; at most a day).", reload=True,
+        maximum=MAX_WAIT_SECONDS),
     Key("policy", "idle_unallocated", "bool", _POLICY_DEFAULTS.idle_unallocated,
         "Gavel-style policies: a job arriving between re-solves waits for the next one "
         "(the reference's behaviour) instead of taking idle GPUs.", reload=True),
