@@ -309,3 +309,34 @@ def test_bench_quality_plot_onto_a_directory_is_an_error_naming_it(tmp_path: Pat
     assert (f"{plots}: cannot write {plots / 'quality-12x4.png'}: Is a directory"
             in result.output), result.output
     assert "Traceback" not in result.output and _left(plots) == []
+
+
+@pytest.mark.parametrize("args, output, input_option", [
+    (["simulate", "--trace", "small.jsonl", "--gpus", "4", "--policy", "fifo", "--db", "s.db",
+      "--json", "s.db"], "s.db", "--db"),
+    (["simulate", "--trace", "small.jsonl", "--gpus", "4", "--policy", "fifo", "--json",
+      "./small.jsonl"], "small.jsonl", "--trace"),
+    (["simulate", "--trace", "small.jsonl", "--gpus", "4", "--policy", "fifo", "--json",
+      "link.jsonl"], "small.jsonl", "--trace"),          # the same file by another name
+    (["bench", "live", "--simulate-only", "--workload", "small.jsonl", "--json",
+      "small.jsonl"], "small.jsonl", "--workload"),
+    (["trace", "generate", "--like", "reference", "--throughputs", "t.json", "--out",
+      "t.json"], "t.json", "--throughputs"),
+])
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
+        small: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], output: str,
+        input_option: str) -> None:
+    """`simulate --json X --db X` wrote its JSON over the store of every recorded run, and
+    `--json`/`--out` onto the workload or the throughputs replaced them; now a usage error
+    naming both options, the file untouched."""
+    from shockslurm.store import open_store
+
+    monkeypatch.chdir(small.parent)
+    open_store("s.db", create=True).dispose()
+    Path("t.json").write_text('{"x": 1}\n')
+    Path("link.jsonl").symlink_to("small.jsonl")
+    before = {name: Path(name).read_bytes() for name in ("s.db", "small.jsonl", "t.json")}
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert f"is the file of {input_option}: writing it would replace it" in result.output
+    assert {name: Path(name).read_bytes() for name in before} == before

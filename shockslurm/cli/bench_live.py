@@ -19,7 +19,7 @@ from ..policies import REGISTRY
 from .options import (FiniteFloat, benchmark_policy_options, cluster_nodes_of, json_option,
                       plot_option, policy_option_flag, restart_overhead_option,
                       round_seconds_option, seed_option, time_scale_option)
-from .paths import write_output
+from .paths import refuse_inputs_as_outputs, write_output
 
 if TYPE_CHECKING:
     from ..livebench.arms import ArmSettings
@@ -104,6 +104,7 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
     from ..livebench.arms import ArmSettings
     from ..livebench.report import workload_bounds
 
+    refuse_inputs_as_outputs({"--json": json_out}, {"--workload": workload_path})
     arm_list = parse_arms(arms)
     options = arm_policy_options(arm_list, policy_option)
     # SIGTERM tears down like Ctrl-C: each arm cancels its jobs and stops its daemon.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import click
 
@@ -92,6 +92,21 @@ class OutputDir(_Output):
 
     def __init__(self) -> None:
         super().__init__(file_okay=False, path_type=Path)
+
+
+def refuse_inputs_as_outputs(outputs: Mapping[str, Path | None],
+                             inputs: Mapping[str, Path | str | None]) -> None:
+    """A usage error when an output option names the file of an input option (the same file
+    by another name too): writing it would replace the input (`simulate --json X --db X` left
+    JSON where the store of every recorded run had been). `outputs` and `inputs` map each
+    option to its path (None: not given)."""
+    for out_option, out in outputs.items():
+        if out is None or not os.path.exists(out):
+            continue
+        for in_option, given in inputs.items():
+            if given is not None and os.path.exists(given) and os.path.samefile(out, given):
+                raise click.UsageError(f"{out_option} {out} is the file of {in_option}: "
+                                       "writing it would replace it; name another file")
 
 
 def write_output(path: Path, text: str, option: str) -> None:

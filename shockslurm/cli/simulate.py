@@ -19,13 +19,14 @@ from ..sim.jobs import ADAPTATION_MODES
 from ..sim.reference_profiles import load_reference_trace
 from ..sim.run import SimConfig, SimResult, simulate
 from ..store import open_store
+from ..store.database import parse_url, sqlite_path
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from .db import DB_HELP, record_simulation
 from .options import (FiniteFloat, cluster_nodes_of, gpus_option, json_option, plot_option,
                       policy_list, policy_option_flag, restart_overhead_option,
                       round_seconds_option)
-from .paths import write_output
+from .paths import refuse_inputs_as_outputs, write_output
 from .progress_bar import DelayedProgress
 from .trace import is_jsonl
 
@@ -167,6 +168,11 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
     except ShockslurmError as exc:
         raise click.ClickException(str(exc)) from None
     settings = _settings(ctx, file_settings, round_seconds, resolve_interval, idle_new_jobs)
+    store_file = None if db_url is None else sqlite_path(parse_url(db_url))
+    refuse_inputs_as_outputs({"--json": json_out},
+                             {"--trace": trace, "--throughputs": throughputs,
+                              "--profiles": profiles, "--policy-config": policy_config,
+                              "--db": store_file})
     if db_url is not None:  # a store we cannot write must stop us before the simulation runs
         try:
             open_store(db_url, create=True).dispose()

@@ -15,7 +15,7 @@ from ..workload.reference import read_throughputs, reference_jobs
 from ..workload.reference_like import (ReferenceLikeConfig, catalogue_throughputs,
                                        generate_reference_like, write_reference_trace)
 from .options import jobs_option, jobs_per_hour_option, seed_option
-from .paths import OutputFile
+from .paths import OutputFile, refuse_inputs_as_outputs
 
 
 def is_jsonl(trace: Path) -> bool:
@@ -52,6 +52,7 @@ def trace_group() -> None:
 def trace_generate(like: str, jobs: int | None, seed: int, jobs_per_hour: float | None,
                    throughputs: Path | None, out: Path) -> None:
     """Generate a synthetic workload."""
+    refuse_inputs_as_outputs({"--out": out}, {"--throughputs": throughputs})
     if like == "builtin":
         if throughputs is not None:
             raise click.UsageError("--throughputs applies to --like reference only")
@@ -103,6 +104,8 @@ def _generate_reference_like(jobs: int | None, seed: int, jobs_per_hour: float |
 @click.option("--out", type=OutputFile(), required=True)
 def trace_convert(trace: Path, throughputs: Path, profiles: Path | None, out: Path) -> None:
     """Convert a reference TSV trace (+ throughputs, profiles) to our JSONL format."""
+    refuse_inputs_as_outputs({"--out": out}, {"--trace": trace, "--throughputs": throughputs,
+                                              "--profiles": profiles})
     try:
         specs = load_reference_trace(trace, throughputs, profiles)
     except ShockslurmError as exc:
