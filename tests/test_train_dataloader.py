@@ -22,26 +22,28 @@ SCHEDULE = {0: 8, 2: 16}      # the user's own: one DataLoader per batch size
 
 
 class Indexed(Dataset):
-    """Samples that say which they are, and how often they were loaded."""
+    """Samples that say which they are, and how often they were loaded; with `augment`, each
+    sample is perturbed by noise drawn from torch's RNG as it is loaded (an augmentation)."""
 
-    def __init__(self, n: int = 96) -> None:
+    def __init__(self, n: int = 96, augment: bool = False) -> None:
         gen = torch.Generator().manual_seed(3)
         self.x, self.y = torch.randn(n, 4, generator=gen), torch.randint(0, 2, (n,), generator=gen)
-        self.loads = 0
+        self.loads, self.augment = 0, augment
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int):
         self.loads += 1
-        return self.x[i], self.y[i], i
+        x = self.x[i] + 0.1 * torch.randn(4) if self.augment else self.x[i]
+        return x, self.y[i], i
 
 
 def _train(ckpt: Path, stop_at: int | None, *, workers: int = 0, epochs: int = 4,
-           own_sampler: bool = True):
+           own_sampler: bool = True, augment: bool = False):
     torch.manual_seed(0)
     random.seed(0)
-    data = Indexed()
+    data = Indexed(augment=augment)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2),
                                 torch.nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -105,6 +107,19 @@ def test_a_loader_without_our_sampler_is_resumed_by_skipping(tmp_path, caplog):
     assert seen + seen2 == ref_seen
     assert loads == len(seen2) + 7 * 8                      # the first 7 batches loaded again
     assert any("loading and dropping 7 batches" in r.getMessage() for r in caplog.records)
+
+
+def test_batches_loaded_and_dropped_leave_the_rng_as_the_stop_left_it(tmp_path):
+    """Resumed by loading and dropping, the dropped batches' augmentation drew from the RNG
+    the checkpoint had just restored, so the rest of the epoch trained on other noise and
+    dropout masks than the run without a stop (weights differed); now the restored states
+    go back before the first batch trained on is loaded."""
+    ref, _, ref_seen, _ = _train(tmp_path / "ref", None, own_sampler=False, epochs=2,
+                                 augment=True)
+    _, _, seen, _ = _train(tmp_path / "ck", 7, own_sampler=False, epochs=2, augment=True)
+    final, _, seen2, _ = _train(tmp_path / "ck", None, own_sampler=False, epochs=2, augment=True)
+    assert seen + seen2 == ref_seen
+    _same(ref, final)
 
 
 def test_sampler_shards_and_starts_mid_epoch():

@@ -17,6 +17,7 @@ from . import _env
 from .data import (ResumableSampler, SamplerSeeds, epoch_generator, permutation,
                    resumable_sampler, seed_sampler)
 from .reports import Reporter
+from .state import rng_state, set_rng_state
 from .window import ThroughputWindow
 
 log = logging.getLogger("shockslurm.train")
@@ -248,8 +249,13 @@ class EpochLoops:
         self._window.idle()                       # the loop's own code since the last step
         self._batch_position = None
         step = self.step_in_epoch
+        # The batches dropped may draw from the RNG (an augmentation in the dataset): the
+        # resumed states go back before the first batch trained on is loaded.
+        resumed_rng = rng_state() if skip else None
         for i, batch in enumerate(loader):
             if i < skip:
+                if i == skip - 1 and resumed_rng is not None:
+                    set_rng_state(resumed_rng)
                 continue
             if self.stopped:
                 return
