@@ -130,6 +130,30 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path: Path):
         wrong.resume()
 
 
+@pytest.mark.parametrize("later", ["SGD", "AdamW"])
+def test_a_checkpoint_of_another_optimizer_class_is_named(tmp_path: Path, later: str):
+    """Adam's state loaded into an SGD with momentum (which then failed inside torch at its
+    first step: KeyError 'momentum'), and into an AdamW in silence (Adam's settings, no
+    decoupled weight decay); now a CheckpointMismatch naming both classes."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    with ShockTrainer(model, torch.optim.Adam(model.parameters()), ckpt_dir=tmp_path,
+                      every_steps=1, every_seconds=None, reporter=Reporter(None)) as st:
+        model(torch.ones(1, 4)).sum().backward()
+        st.optimizer.step()
+        st.step()
+    fresh = torch.nn.Linear(4, 4)
+    opt = (torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9) if later == "SGD"
+           else torch.optim.AdamW(fresh.parameters(), weight_decay=0.1))
+    again = ShockTrainer(fresh, opt, ckpt_dir=tmp_path, reporter=Reporter(None))
+    with pytest.raises(CheckpointMismatch, match=f"ckpt-000000000001.pt: the checkpoint's "
+                       f"optimizer is Adam, this run's is {later}"):
+        again.resume()
+    same = ShockTrainer(fresh, torch.optim.Adam(fresh.parameters()), ckpt_dir=tmp_path,
+                        reporter=Reporter(None))
+    assert same.resume() is True and same.global_step == 1
+
+
 @pytest.mark.parametrize("name, value", [
     ("every_steps", 0), ("every_steps", -2), ("every_steps", 2.5), ("every_steps", True),
     ("keep", 0), ("keep", math.nan), ("check_every", 0), ("check_every", math.nan),

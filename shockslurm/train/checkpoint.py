@@ -9,7 +9,8 @@ Files (per checkpoint, in the checkpoint directory):
 
 The dict (`state.capture`): "format" (2), "step", "model" (the state_dict of the model itself: a
 DDP, DataParallel or torch.compile wrapper is unwrapped, so there is no `module.` prefix),
-"optimizer", "scheduler", "scaler", "rng" (python, numpy as a tensor, torch, cuda), "data" (the
+"optimizer", "optimizer_type" (its class name; since 2026-12-02), "scheduler", "scaler", "rng"
+(python, numpy as a tensor, torch, cuda), "data" (the
 data position), "batch_size", "extras" (the user's own), and "rng_ranks" in a multi-rank run. So
 
     state = torch.load("ckpt/ckpt-000000000200.pt", weights_only=True)

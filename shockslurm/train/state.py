@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Mapping, Sequence, Union, cast
+from typing import Any, Callable, Mapping, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -94,6 +94,7 @@ def capture(model: torch.nn.Module, optimizer: Optimizers | None = None, *,
                      step=step, extras=extras),
         "model": unwrap(model).state_dict(),
         "optimizer": states_of(optimizer),
+        "optimizer_type": type_names(optimizer),
         "rng": rng_state(),
     }
 
@@ -145,16 +146,40 @@ def each(obj: Any) -> list[Any]:
     return [obj]
 
 
-def states_of(obj: Any) -> Any:
-    """`obj.state_dict()`, or a list or dict of those for several objects (`each`); None for
-    None."""
+def _shaped(obj: Any, one: Callable[[Any], Any]) -> Any:
+    """`one(obj)`, or a list or dict of those for several objects (`each`); None for None."""
     if obj is None:
         return None
     if isinstance(obj, Mapping):
-        return {k: states_of(v) for k, v in obj.items()}
+        return {k: _shaped(v, one) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [states_of(v) for v in obj]
-    return obj.state_dict()
+        return [_shaped(v, one) for v in obj]
+    return one(obj)
+
+
+def states_of(obj: Any) -> Any:
+    """`obj.state_dict()`, or a list or dict of those for several objects (`each`); None for
+    None."""
+    return _shaped(obj, lambda one: one.state_dict())
+
+
+def type_names(obj: Any) -> Any:
+    """The class name of `obj`, or a list or dict of those for several objects (as
+    `states_of`); None for None."""
+    return _shaped(obj, lambda one: type(one).__qualname__)
+
+
+def _check_optimizer_type(saved: Any, optimizer: Any) -> None:
+    """A `CheckpointMismatch` when the checkpoint's optimizer is of another class than this
+    run's (checkpoints since 2026-12-02 name it): torch loads Adam's state into an SGD, which
+    then fails at its first step inside torch (KeyError 'momentum'), and into an AdamW in
+    silence, with Adam's settings."""
+    if saved is None or optimizer is None:
+        return
+    now = type_names(optimizer)
+    if saved != now:
+        raise CheckpointMismatch(f"the checkpoint's optimizer is {saved}, this run's is {now}: "
+                                 "an optimizer's state does not carry over to another class")
 
 
 def _load_into(obj: Any, saved: Any, what: str) -> None:
@@ -252,6 +277,7 @@ def restore(state: dict[str, Any], model: torch.nn.Module,
     inner = unwrap(model)
     _load_into(inner, _model_state(state, inner), "model")
     restore_parts(state, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    _check_optimizer_type(state.get("optimizer_type"), optimizer)   # after: the count first
     if rng:
         set_rng_state(own_rng(state.get("rng_ranks"), state["rng"], rng_rank, world_size))
 
