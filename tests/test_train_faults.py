@@ -130,6 +130,22 @@ def test_a_checkpoint_of_another_model_is_named(tmp_path: Path):
         wrong.resume()
 
 
+def test_several_models_are_refused_naming_the_module_dict(tmp_path: Path):
+    """A list or dict of models (a GAN's two, as `optimizer=` takes) failed deep inside the
+    trainer (AttributeError: 'list' object has no attribute 'parameters'); now a TypeError
+    saying to put them in one ModuleDict, which checkpoints and resumes both."""
+    g, d = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    for models in ([g, d], {"g": g, "d": d}):
+        with pytest.raises(TypeError, match=r"ShockTrainer: model must be a torch.nn.Module, "
+                           r"got (list|dict) \(several models: put them in one "
+                           r"torch.nn.ModuleDict"):
+            ShockTrainer(models, None, ckpt_dir=tmp_path, reporter=Reporter(None))
+    both = torch.nn.ModuleDict({"g": g, "d": d})
+    ShockTrainer(both, {"g": torch.optim.SGD(g.parameters(), lr=0.1),
+                        "d": torch.optim.SGD(d.parameters(), lr=0.1)},
+                 ckpt_dir=tmp_path, reporter=Reporter(None)).close()
+
+
 @pytest.mark.parametrize("later", ["SGD", "AdamW"])
 def test_a_checkpoint_of_another_optimizer_class_is_named(tmp_path: Path, later: str):
     """Adam's state loaded into an SGD with momentum (which then failed inside torch at its

@@ -11,6 +11,20 @@ from ..limits import finite
 from .epochs import whole_number
 
 
+def module_arg(owner: str, name: str, value: Any) -> Any:
+    """`value` when it is one `torch.nn.Module` (wrapped or not), else a TypeError naming
+    `owner`'s argument: several models go in one module (`nn.ModuleDict`), whose state holds
+    each of them."""
+    import torch
+
+    if not isinstance(value, torch.nn.Module):
+        several = " (several models: put them in one torch.nn.ModuleDict, e.g. " \
+                  "ModuleDict({'g': g, 'd': d}))" if isinstance(value, (list, tuple, dict)) else ""
+        raise TypeError(f"{owner}: {name} must be a torch.nn.Module, got "
+                        f"{type(value).__name__}{several}")
+    return value
+
+
 def whole_arg(owner: str, name: str, value: Any, *, optional: bool = False,
               least: int | None = 1) -> Any:
     """`value` as an int (at least `least`; None too when `optional`), else a ValueError

@@ -79,7 +79,7 @@ from . import _env
 from .checkpoint import CheckpointManager, CheckpointMismatch
 from .saves import SaveRecord, agree_on_resume
 from .epochs import EpochLoops, Schedule, whole_number, batch_size_for, fetch
-from .checked import picklable_dict_arg, seconds_arg, whole_arg
+from .checked import module_arg, picklable_dict_arg, seconds_arg, whole_arg
 from .lease import Lease
 from .reports import Reporter, reporter_from_env
 from .collective import RankFailed, gathered
@@ -114,7 +114,7 @@ class ShockTrainer(EpochLoops):
                  checkpoint_epochs: bool = False, exit_on_stop: bool = False, resume: bool = True,
                  report_interval_s: float = 10.0, reporter: Reporter | None = None,
                  lease: Lease | None = None, extras: dict[str, Any] | None = None) -> None:
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer = module_arg(WHO, "model", model), optimizer
         self.scheduler, self.scaler = scheduler, scaler
         self.ckpt = CheckpointManager(ckpt_dir, keep=whole_arg(WHO, "keep", keep))
         self.saves = SaveRecord(self.ckpt)
