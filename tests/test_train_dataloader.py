@@ -122,6 +122,36 @@ def test_batches_loaded_and_dropped_leave_the_rng_as_the_stop_left_it(tmp_path):
     _same(ref, final)
 
 
+def test_the_sampler_draws_a_dataset_that_grows_whole():
+    """A dataset that grows between epochs (curriculum or active learning adding samples) was
+    drawn at the length it had when the sampler was made: 100 of 150, then of 200 samples; a
+    resumed process, made later, drew another order than the run without a stop."""
+    class Growing(Dataset):
+        def __init__(self) -> None:
+            self.n = 100
+
+        def __len__(self) -> int:
+            return self.n
+
+        def __getitem__(self, i: int) -> int:
+            return i
+
+    data = Growing()
+    sampler = ResumableSampler(data, seed=1)
+    drawn = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        order = list(sampler)
+        drawn.append((len(sampler), sorted(order) == list(range(data.n))))
+        data.n += 50
+    assert drawn == [(100, True), (150, True), (200, True)]
+    late = ResumableSampler(data, seed=1)           # a resumed process's, made at 250
+    late.set_epoch(2)
+    data.n = 200
+    sampler.set_epoch(2)
+    assert list(late) == list(sampler)
+
+
 def test_sampler_shards_and_starts_mid_epoch():
     shards = [ResumableSampler(10, seed=1, num_replicas=3, rank=r) for r in range(3)]
     for s in shards:

@@ -96,7 +96,7 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         SLURM_PROCID and SLURM_NTASKS): a DataLoader built before the group is up (Lightning
         starts it in `fit`, and sets WORLD_SIZE only then) is sharded as the ranks run."""
         self.dataset = data  # type: ignore[assignment]     # (DistributedSampler's names)
-        self.n = data if isinstance(data, int) else len(data)
+        self._data = data
         self._replicas, self._rank = num_replicas, rank
         if num_replicas is not None and rank is not None:
             self._shard()                                    # a bad pair is refused at once
@@ -120,12 +120,19 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
     def rank(self) -> int:                 # type: ignore[override]
         return self._shard()[1]
 
-    def _per_rank(self, replicas: int) -> int:
-        return self.n // replicas if self.drop_last else math.ceil(self.n / replicas)
+    @property
+    def n(self) -> int:
+        """The dataset's length now (read at each epoch: a dataset that grows between epochs,
+        as in curriculum or active learning, is drawn whole; until 2026-12-02 the length when
+        the sampler was made was kept, and a resumed process, made later, drew another order)."""
+        return self._data if isinstance(self._data, int) else len(self._data)
+
+    def _per_rank(self, replicas: int, n: int) -> int:
+        return n // replicas if self.drop_last else math.ceil(n / replicas)
 
     @property
     def samples_per_rank(self) -> int:
-        return self._per_rank(self.num_replicas)
+        return self._per_rank(self.num_replicas, self.n)
 
     @property
     def num_samples(self) -> int:          # type: ignore[override]
@@ -134,7 +141,7 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
     @property
     def total_size(self) -> int:           # type: ignore[override]
         replicas = self.num_replicas
-        return self._per_rank(replicas) * replicas
+        return self._per_rank(replicas, self.n) * replicas
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -145,12 +152,12 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
 
     def indices(self) -> list[int]:
         """This rank's whole epoch, in order."""
-        order = (permutation(self.seed, self.epoch, self.n) if self.shuffle
-                 else torch.arange(self.n))
+        n = self.n
+        order = permutation(self.seed, self.epoch, n) if self.shuffle else torch.arange(n)
         replicas, rank = self._shard()                       # read once for the epoch
-        total = self._per_rank(replicas) * replicas
-        if total > self.n:                                   # pad by wrapping around
-            order = torch.cat([order, order.repeat(math.ceil(total / self.n))[:total - self.n]])
+        total = self._per_rank(replicas, n) * replicas
+        if total > n:                                        # pad by wrapping around
+            order = torch.cat([order, order.repeat(math.ceil(total / n))[:total - n]])
         return order[:total][rank::replicas].tolist()
 
     def __iter__(self) -> Iterator[int]:
