@@ -152,6 +152,66 @@ def test_the_sampler_draws_a_dataset_that_grows_whole():
     assert list(late) == list(sampler)
 
 
+class Buckets(torch.utils.data.Sampler[list[int]]):
+    """A batch sampler of batches of their own sizes (3, 5 and 8 samples, as bucketing by
+    length makes), in an order of the epoch's (`set_epoch`); it has no `batch_size`."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.epoch = n, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _batches(self) -> list[list[int]]:
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.epoch))
+        out, at, sizes = [], 0, (3, 5, 8)
+        while at < self.n:
+            size = sizes[len(out) % 3]
+            out.append(order[at:at + size].tolist())
+            at += size
+        return out
+
+    def __iter__(self):
+        return iter(self._batches())
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+
+def test_a_batch_sampler_of_its_own_sizes_is_trained_and_resumed(tmp_path):
+    """`DataLoader(batch_sampler=...)` (bucketing by length, common for text and speech) was
+    refused: "batches() needs a DataLoader with a batch_size". Now each batch's samples are
+    counted as they come, and a resume loads and drops the batches trained on, exactly."""
+    def run(ckpt: Path, stop_at: int | None = None) -> tuple[dict, list[int], ShockTrainer]:
+        torch.manual_seed(0)
+        data = Indexed(48)
+        loader = DataLoader(data, batch_sampler=Buckets(48))
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2),
+                                    torch.nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        seen: list[int] = []
+        with ShockTrainer(model, opt, ckpt_dir=ckpt, every_seconds=None, reporter=Reporter(None),
+                          lease=Lease(stop_file=False)) as st:
+            for _ in st.epoch_range(2):
+                for _, (xb, yb, idx) in st.batches(loader):
+                    seen += idx.tolist()
+                    opt.zero_grad()
+                    torch.nn.functional.cross_entropy(model(xb), yb).backward()
+                    opt.step()
+                    if st.global_step + 1 == stop_at:
+                        st.request_stop("test")
+                    if st.step():
+                        return model.state_dict(), seen, st
+        return model.state_dict(), seen, st
+
+    ref, ref_seen, ref_st = run(tmp_path / "ref")
+    assert ref_st.global_step == 2 * 9 and sorted(ref_seen) == sorted(2 * list(range(48)))
+    _, first, _ = run(tmp_path / "ck", stop_at=4)
+    final, rest, _ = run(tmp_path / "ck")
+    assert first + rest == ref_seen and len(first) == 3 + 5 + 8 + 3
+    _same(ref, final)
+
+
 def test_sampler_shards_and_starts_mid_epoch():
     shards = [ResumableSampler(10, seed=1, num_replicas=3, rank=r) for r in range(3)]
     for s in shards:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import torch
 
 from . import _env
-from .data import (ResumableSampler, SamplerSeeds, epoch_generator, permutation,
+from .data import (ResumableSampler, SamplerSeeds, batch_len, epoch_generator, permutation,
                    resumable_sampler, seed_sampler)
 from .reports import Reporter
 from .state import rng_state, set_rng_state
@@ -210,28 +210,34 @@ class EpochLoops:
         continues after the batches already trained on: skipped in the sampler with
         `st.sampler()`, else loaded and dropped (a warning says so)."""
         self.start()
-        per_rank = getattr(loader, "batch_size", None)
-        if per_rank is None:
+        batcher = getattr(loader, "batch_sampler", None)
+        per_rank = getattr(loader, "batch_size", None) or getattr(batcher, "batch_size", None)
+        if per_rank is None and batcher is None:
             raise ValueError("shockslurm.train: batches() needs a DataLoader with a batch_size "
-                             "(one DataLoader per batch size of your schedule)")
-        sampler = resumable_sampler(loader)
-        inner: Any = sampler if sampler is not None else getattr(loader, "sampler", None)
+                             "or a batch_sampler (one DataLoader per batch size of your "
+                             "schedule)")
+        # a batch_sampler= of batches of their own sizes (bucketing by length): each batch's
+        # samples are counted as they come, and a resume loads and drops the batches trained
+        sampler = resumable_sampler(loader) if per_rank is not None else None
+        inner: Any = sampler if sampler is not None else (
+            getattr(batcher, "sampler", None) or getattr(loader, "sampler", None))
         replicas = int(getattr(inner, "num_replicas", 1))
-        size = per_rank * replicas
+        size = None if per_rank is None else per_rank * replicas
         resuming = self._resume_pending and self.step_in_epoch > 0
         self._resume_pending = False
-        if resuming and self.batch_size not in (None, size):
+        if resuming and size is not None and self.batch_size not in (None, size):
             raise ValueError(f"shockslurm.train: the checkpoint is {self.step_in_epoch} batches "
                              f"of {self.batch_size} into epoch {self.epoch}; this DataLoader's "
                              f"batch size is {size}: an epoch resumes with its own batch size")
         if not resuming:
             self.step_in_epoch = 0
-            self._note_batch_size(self.epoch, size)
+            if size is not None:
+                self._note_batch_size(self.epoch, size)
         self.batch_size = size
         skip = self.step_in_epoch
         if hasattr(inner, "set_epoch"):
             inner.set_epoch(self.epoch)           # ours, or a DistributedSampler
-        if sampler is not None:
+        if sampler is not None and per_rank is not None:
             sampler.start_at(skip * per_rank)
             skip = 0
         elif skip:
@@ -245,7 +251,7 @@ class EpochLoops:
             self.steps_per_epoch = self.step_in_epoch + len(loader) - skip
         except TypeError:                         # an IterableDataset without __len__
             self.steps_per_epoch = 0
-        left = _samples_left(inner, skip * per_rank)
+        left = None if per_rank is None else _samples_left(inner, skip * per_rank)
         self._window.idle()                       # the loop's own code since the last step
         self._batch_position = None
         step = self.step_in_epoch
@@ -259,7 +265,10 @@ class EpochLoops:
                 continue
             if self.stopped:
                 return
-            taken = per_rank if left is None else min(per_rank, left)   # the last may be short
+            if per_rank is None:
+                taken = batch_len(batch)
+            else:
+                taken = per_rank if left is None else min(per_rank, left)   # the last: short
             left = None if left is None else left - taken
             self._took_batch(step, taken * replicas)
             yield step, batch
