@@ -282,3 +282,22 @@ def test_values_nested_too_deep_are_refused_naming_the_file(tmp_path: Path) -> N
     _refused(_cli_check(path), str(path), "nested too deep")
     with pytest.raises(ConfigError, match="nested too deep"):
         read_toml(path)
+
+
+@pytest.mark.parametrize("line, said", [
+    ('db = "mysql://x"', "unsupported store 'mysql'"),
+    ('db = "sqlite://"', "is in memory and would vanish on exit"),
+    ('db = "postgresql+psycopg://u:hunter2@127.0.0.1:99999/x"', "the port is not in 1..65535"),
+    ('partitions = ["a,b"]', "a list of several, not one joined by commas"),
+    ('partitions = ["gp u;rm"]', "each of letters, digits and . _ -"),
+])
+def test_a_store_url_or_partition_the_daemon_cannot_use_is_refused_by_config_check(
+        tmp_path: Path, line: str, said: str) -> None:
+    """`config check` said "valid" for a store URL `db prune` and the daemon then refused, and
+    for partition names squeue would take as several (`a,b`) or none: now refused by name."""
+    result = _cli_check(_file(tmp_path, f"[daemon]\n{line}\n"))
+    _refused(result, f"field 'daemon.{line.split()[0]}'", said)
+    assert "hunter2" not in result.output
+    good = _cli_check(_file(tmp_path, '[daemon]\ndb = "postgresql+psycopg://u:p@127.0.0.1/x"\n'
+                                      'partitions = ["gpu", "gpu-b.2"]\n'))
+    assert good.exit_code == 0, good.output

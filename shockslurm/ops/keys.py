@@ -19,6 +19,7 @@ the range (`_range`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -117,11 +118,32 @@ def _choice(value: Any, key: Key) -> str:
     return value
 
 
+# one partition as Slurm names them (squeue is given them joined by commas)
+PARTITION_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def _partitions(value: Any, key: Key) -> tuple[str, ...]:
     if (not isinstance(value, (list, tuple)) or not value
             or not all(isinstance(p, str) and p for p in value)):
         raise _Bad("must be a non-empty list of partition names")
+    bad = [p for p in value if not PARTITION_NAME_RE.fullmatch(p)]
+    if bad:
+        raise _Bad(f"must be partition names, each of letters, digits and . _ - (a list of "
+                   f"several, not one joined by commas): {bad[0]!r}")
     return tuple(value)
+
+
+def _store_url(value: Any, key: Key) -> str:
+    """A store URL of a form the store opens (`store.database.check_url`); its password is
+    never in the message."""
+    text = _string(value, key)
+    from ..store.database import StoreError, check_url
+
+    try:
+        check_url(text)
+    except StoreError as exc:
+        raise _Bad(str(exc)) from None
+    return text
 
 
 def _bool(value: Any, key: Key) -> bool:
@@ -152,6 +174,7 @@ KINDS: dict[str, Kind] = {
     "directory": Kind(_directory, "absolute path (\"\" = none)", text=True),
     "choice": Kind(_choice, "", text=True),
     "partitions": Kind(_partitions, "list of strings"),
+    "store": Kind(_store_url, "SQLite path or PostgreSQL URL", text=True),
     "bool": Kind(_bool, "boolean"),
 }
 
@@ -254,7 +277,7 @@ class DaemonConfig:
         "Admin restriction: schedule only managed jobs whose name starts with this (\"\" = "
         "all). Other managed jobs are left alone and their GPUs count as taken.")
     db: str = setting(
-        "string", "/var/lib/shockslurm/shockslurm.db",
+        "store", "/var/lib/shockslurm/shockslurm.db",
         "The store: a SQLite path or `postgresql+psycopg://USER:PASSWORD@HOST/DB` (put the "
         "password in `SHOCKSLURM_DB`, not here). The default lies in the systemd unit's "
         "`StateDirectory`.", secret=True)

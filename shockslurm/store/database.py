@@ -156,6 +156,15 @@ def sqlite_path(url: URL) -> Path | None:
     return None if db.startswith("file:") else Path(db)
 
 
+def check_url(url: str) -> None:
+    """A `StoreError` unless `url` has the form of a store this code opens: a SQLite file path
+    or a PostgreSQL URL, not in memory (`shockslurm config check`; no file or server is looked
+    at, the check may run on another machine)."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        sqlite_path(parsed)
+
+
 def _check_sqlite_file(url: URL) -> None:
     """Refuse a SQLite file that is not a regular file or cannot be written, or whose directory
     cannot be written (WAL needs both), before SQLite touches it.
