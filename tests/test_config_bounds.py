@@ -80,9 +80,14 @@ def _parse_error(data: dict[str, Any], env: dict[str, str] | None = None) -> Con
     ("mip_time_limit_s", 1e20, "mip_time_limit_s must be > 0 and <= 3600"),
     ("k", 10 ** 400, "k must be a finite number"),      # math.isfinite raised OverflowError
     ("min_resolve_interval_s", 1e300, "must be a finite number >= 0, <= 86400"),   # ran for ever
+    ("k", 1e308, "k must be <= 1e+06"),          # every market solve failed
+    ("tail_weight", 1e7, "tail_weight must be <= 1e+06"),
+    ("log_zero", -1e308, "log_zero must be >= -700"),
+    ("log_zero", 0.5, "below the log of the first breakpoint after 0"),
     ("log_breakpoints", [0, 10 ** 400, 1], "log_breakpoints must be a list of finite numbers"),
 ], ids=["rounds-1e6", "rounds-over", "rounds-1e20", "rounds-huge-int", "breakpoints",
-        "time-limit", "mip-time-limit", "k-huge-int", "resolve-gate", "breakpoint-huge-int"])
+        "time-limit", "mip-time-limit", "k-huge-int", "resolve-gate", "k-huge", "tail-huge", "log-zero-low",
+        "log-zero-high", "breakpoint-huge-int"])
 def test_policy_options_that_size_a_resolve_are_bounded(tmp_path: Path, option: str,
                                                         value: Any, said: str) -> None:
     err = _parse_error({"policy": {option: value}})

@@ -16,6 +16,10 @@ from ...limits import finite
 MAX_FUTURE_ROUNDS = 200
 MAX_LOG_BREAKPOINTS = 32
 MAX_TIME_LIMIT_S = 3600.0
+# The objective's weights: beyond these the program is too ill-conditioned for HiGHS (k = 1e308
+# failed every solve, each round ran on the fallback; the defaults are 1e-3 and 1)
+MAX_OBJECTIVE_WEIGHT = 1e6
+MIN_LOG_ZERO = -700.0          # log of the smallest float: exp(log_zero) stays above 0
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,14 @@ class ShockwaveConfig:
                      "work_exponent", "tail_longest_factor"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name in ("k", "tail_weight"):
+            if getattr(self, name) > MAX_OBJECTIVE_WEIGHT:
+                raise ValueError(f"{name} must be <= {MAX_OBJECTIVE_WEIGHT:g}, got "
+                                 f"{getattr(self, name)!r}")
+        if not MIN_LOG_ZERO <= self.log_zero < math.log(bp[1]):   # concave: below log(bp[1])
+            raise ValueError(f"log_zero must be >= {MIN_LOG_ZERO:g} and below the log of the "
+                             f"first breakpoint after 0 ({math.log(bp[1]):.3g}), got "
+                             f"{self.log_zero!r}")
         for name in ("rhomax", "tail_drain_factor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
