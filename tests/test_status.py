@@ -143,6 +143,23 @@ def test_spec_from_the_store_when_the_comment_has_none(store: str) -> None:
     assert row.spec_source == "store" and row.epochs == 10
 
 
+def test_a_stored_ladder_that_is_no_json_is_that_jobs_bad_spec(store: str) -> None:
+    """A registration whose ladder is no JSON (edited by hand) made the whole status command
+    fail with a JSONDecodeError traceback; now that job's spec is bad (the defaults are shown,
+    as the daemon would use them) and every other row is as before."""
+    import sqlite3
+
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE jobs SET batch_sizes = '{bad' WHERE job_id = 102")
+    jobs = [_job(101), _job(102, comment="shock:managed")]
+    engine = open_store(store)
+    info = read_store(engine, "slurm", jobs)
+    engine.dispose()
+    good, bad = status_rows(jobs, info, NOW)
+    assert good.epochs == 10 and good.epochs_done == 4
+    assert bad.job_id == 102 and bad.epochs != 10
+
+
 def test_finished_job_forecasts_zero(tmp_path: Path) -> None:
     from shockslurm.ops.status import StoreJob
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Text, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ..errors import printable
@@ -160,11 +160,17 @@ def _registrations(s: Session, cluster: str, submit: Mapping[int, float],
                    out: dict[int, StoreJob]) -> dict[int, int]:
     """The store's jobs of these Slurm jobs (an older job with a reused id is not one), each
     job's spec and last report from its registration into `out`; returns job pk -> Slurm id."""
-    rows = s.execute(select(Job, Run.kind).join(Run, Job.run_id == Run.id)
+    # the ladder as stored text: a value that is no JSON (a hand edit) is a bad spec of that
+    # job (flagged, defaults used), not a JSONDecodeError of the whole table
+    rows = s.execute(select(Job.id, Job.job_id, Job.submit_s, Job.model, Job.epochs,
+                            Job.samples_per_epoch, type_coerce(Job.batch_sizes, Text)
+                            .label("batch_sizes"), Run.kind)
+                     .join(Run, Job.run_id == Run.id)
                      .where(Run.cluster == cluster, Job.job_id.in_(list(submit)))).all()
     owner: dict[int, int] = {}            # job pk -> Slurm job id
-    registration: dict[int, Job] = {}
-    for job, kind in rows:
+    registration: dict[int, Any] = {}
+    for job in rows:
+        kind = job.kind
         if abs(job.submit_s - submit[job.job_id]) > TOLERANCE_S:
             continue                        # an older job with a reused id
         owner[job.id] = job.job_id
@@ -177,7 +183,7 @@ def _registrations(s: Session, cluster: str, submit: Mapping[int, float],
     for job_id, job in registration.items():
         out[job_id].spec = {"model": job.model, "epochs": job.epochs,
                             "samples_per_epoch": job.samples_per_epoch,
-                            "batch_sizes": job.batch_sizes}   # validated by job_spec
+                            "batch_sizes": _stored_json(job.batch_sizes)}   # job_spec checks
     # reports resolve to the registration (`train.records.resolve_job_pk`)
     reports = read_reports(s, [job.id for job in registration.values()])
     for job_id, job in registration.items():
@@ -228,6 +234,17 @@ def _read_intents(s: Session, owner: Mapping[int, int], out: dict[int, StoreJob]
         rc = "pending" if intent.return_code is None else f"rc={intent.return_code}"
         info.intents.append((_stamp(intent.created_at), f"round {round_index} "
                              f"{intent.action}", rc, " ".join(intent.argv)))
+
+
+def _stored_json(raw: Any) -> Any:
+    """A JSON column read as text (SQLite hands back its text; PostgreSQL's driver may parse
+    it): its value, or the text itself when it is no JSON."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
 
 
 def _json(text: str | None) -> dict[str, Any]:
