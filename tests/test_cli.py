@@ -49,7 +49,11 @@ def test_gang_larger_than_cluster_is_rejected(tmp_path) -> None:
     trace.write_text('{"model": "LM", "gpus": 8, "arrival_s": 0, "epochs": 2, "schedule": [[0, 10]]}\n')
     result = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--gpus", "4",
                                       "--policy", "fifo"])
-    assert result.exit_code != 0 and "need more GPUs" in result.output
+    # "jobs [0] need more GPUs than the cluster has (4)" named neither the gangs nor what to
+    # change; now each job with its GPUs, and the options that size the cluster
+    assert result.exit_code == 1, result.output
+    assert ("the workload's jobs 0 (8 GPUs) ask for more GPUs than the cluster has (4): give a "
+            "larger cluster (--gpus, --cluster)") in result.output
 
 
 def test_gavel_quirks_can_be_turned_off_for_the_baselines(tmp_path) -> None:
@@ -140,3 +144,4 @@ def test_bench_round_asks_before_submitting(tmp_path, monkeypatch):
     assert result.exit_code == 1 and "Aborted!" in result.output
     assert "Submit 1000 held jobs (job name shockbench) to partition 'gpu'" in result.output
     assert "sbatch" not in result.output and "submitted" not in result.output
+

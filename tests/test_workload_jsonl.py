@@ -51,6 +51,14 @@ def test_bad_json_and_unknown_keys(tmp_path) -> None:
         read_jobs(_write(tmp_path, {**ROW, "gpu": 1}))
 
 
+def test_a_repeated_job_id_names_both_lines(tmp_path) -> None:
+    """A repeated id was "field 'id': job ids must be unique", with no line to look at."""
+    with pytest.raises(InputError) as err:
+        read_jobs(_write(tmp_path, {**ROW, "id": 7}, ROW, {**ROW, "id": 7}))
+    assert err.value.line == 5 and err.value.field == "id"
+    assert "job ids must be unique: 7 is line 3's too" in str(err.value)
+
+
 def test_generated_workload_round_trips(tmp_path) -> None:
     jobs = generate(GeneratorConfig(jobs=25, seed=3))
     assert jobs == generate(GeneratorConfig(jobs=25, seed=3))   # deterministic

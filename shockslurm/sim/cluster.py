@@ -100,9 +100,13 @@ class SimulatedCluster:
         if sum(n.gpus for n in self.nodes) != self.gpus:
             raise ValueError(f"the nodes hold {sum(n.gpus for n in self.nodes)} GPUs, "
                              f"not {self.gpus}")
-        too_big = [j.job_id for j in self.jobs if j.gang_size > self.gpus]
+        too_big = [j for j in self.jobs if j.gang_size > self.gpus]
         if too_big:
-            raise ValueError(f"jobs {too_big} need more GPUs than the cluster has ({self.gpus})")
+            asked = ", ".join(f"{j.job_id} ({j.gang_size} GPUs)" for j in too_big[:10])
+            more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
+            raise ValueError(f"the workload's jobs {asked}{more} ask for more GPUs than the "
+                             f"cluster has ({self.gpus}): give a larger cluster (--gpus, "
+                             "--cluster) or leave them out")
         self._allowed = limited_jobs(self.jobs, self.nodes)
         self._node_counts = node_counts(self.jobs, self.nodes, self._allowed)
         self.sim_jobs = {j.job_id: SimJob(j, adaptation=self.adaptation) for j in self.jobs}

@@ -192,6 +192,7 @@ def read_jobs(path: str | Path) -> list[JobSpec]:
     source = str(path)
     lines = read_text(path, "workload").splitlines()
     jobs: list[JobSpec] = []
+    first_line: dict[int, int] = {}      # job id -> the line that gave it first
     for number, text in enumerate(lines, start=1):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
@@ -203,12 +204,15 @@ def read_jobs(path: str | Path) -> list[JobSpec]:
         except (ValueError, RecursionError) as exc:  # e.g. a 5000-digit number, deep nesting
             raise InputError(f"unreadable JSON: {str(exc).split('; use sys.')[0][:200]}",
                              source=source, line=number) from None
-        jobs.append(parse_job(row, index=len(jobs), source=source, line=number))
+        job = parse_job(row, index=len(jobs), source=source, line=number)
+        if job.job_id in first_line:
+            raise InputError(f"job ids must be unique: {job.job_id} is line "
+                             f"{first_line[job.job_id]}'s too", source=source, line=number,
+                             field="id")
+        first_line[job.job_id] = number
+        jobs.append(job)
     if not jobs:
         raise InputError("the workload has no jobs", source=source)
-    ids = [j.job_id for j in jobs]
-    if len(set(ids)) != len(ids):
-        raise InputError("job ids must be unique", source=source, field="id")
     return jobs
 
 
