@@ -276,6 +276,11 @@ def test_simulate_only_prints_each_arm_and_the_bounds_without_slurm(tmp_path: Pa
     assert other.exit_code == 0
     bad = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4y8"])
     assert bad.exit_code != 0 and "4y8" in bad.output and "Traceback" not in bad.output
+    # --plot was taken and nothing drawn (exit 0); the live arms' charts need live arms
+    plots = CliRunner().invoke(cli, ["bench", "live", "--simulate-only", "--cluster", "4x8",
+                                     "--plot", str(out.parent / "charts")])
+    assert plots.exit_code == 2 and "--plot draws the live arms' timelines" in plots.output
+    assert not (out.parent / "charts").exists()
 
 
 def _run(arm: str, repeat: int, makespan: float, jct: float, rho: float, **extra: object

@@ -120,6 +120,10 @@ def live_cmd(workload_path: Path | None, arms: str, time_scale: float, round_sec
         if repeat > 1:
             raise click.UsageError("--repeat needs live arms: a simulation gives the same "
                                    "numbers every time", ctx=click.get_current_context())
+        if plot_dir is not None:    # it was taken and nothing drawn
+            raise click.UsageError("--plot draws the live arms' timelines; --simulate-only "
+                                   "runs none (simulate --plot draws simulated ones)",
+                                   ctx=click.get_current_context())
         _simulate_only(jobs, arm_list, nodes, round_seconds, restart_overhead, json_out,
                        options)
         return
