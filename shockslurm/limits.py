@@ -97,15 +97,16 @@ class BadValue(InputError):
     """A job-supplied value that is of the wrong type, not finite, or out of its bounds."""
 
 
-def shown(value: object) -> str:
-    """The value for a message, cut short (a hostile value can be megabytes long)."""
-    if isinstance(value, (str, list, tuple, dict)) and len(value) > 40:
+def shown(value: object, limit: int = 40) -> str:
+    """The value for a message, cut short to `limit` characters (a hostile value can be
+    megabytes long, or nested thousands deep)."""
+    if isinstance(value, (str, list, tuple, dict)) and len(value) > limit:
         return f"<{type(value).__name__} of length {len(value)}>"
     try:
         out = repr(value)
-    except Exception:                       # noqa: BLE001 - e.g. an int over the digit limit
+    except Exception:                       # noqa: BLE001 - an int over the digit limit, depth
         out = f"<{type(value).__name__}>"
-    return out if len(out) <= 40 else out[:37] + "..."
+    return out if len(out) <= limit else out[:limit - 3] + "..."
 
 
 def integer(value: object, field: str, low: int, high: int, *, source: str | None = None,

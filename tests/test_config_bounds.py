@@ -306,3 +306,17 @@ def test_a_store_url_or_partition_the_daemon_cannot_use_is_refused_by_config_che
     good = _cli_check(_file(tmp_path, '[daemon]\ndb = "postgresql+psycopg://u:p@127.0.0.1/x"\n'
                                       'partitions = ["gpu", "gpu-b.2"]\n'))
     assert good.exit_code == 0, good.output
+
+
+def test_a_refused_value_is_cut_short_in_the_message(tmp_path: Path) -> None:
+    """A refused value was echoed whole: a 6,000-character option or key filled the terminal
+    with brackets. Now the message shows at most 200 characters of it."""
+    deep = "[" * 3000 + "]" * 3000
+    result = CliRunner().invoke(cli, ["simulate", "--policy", "shockwave", "--policy-option",
+                                      f"log_breakpoints={deep}"])
+    assert result.exit_code == 1 and "log_breakpoints must be a list of finite numbers, got " \
+        "<str of length 6000>" in result.output, result.output[:500]
+    path = _file(tmp_path, "[daemon]\npartitions = [" + ", ".join(['"a,b"'] * 500) + "]\n")
+    refused = _cli_check(path)
+    _refused(refused, "field 'daemon.partitions'", "got <list of length 500>")
+    assert len(refused.output) < 600, len(refused.output)
