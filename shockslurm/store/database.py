@@ -157,9 +157,8 @@ def sqlite_path(url: URL) -> Path | None:
 
 
 def check_url(url: str) -> None:
-    """A `StoreError` unless `url` has the form of a store this code opens: a SQLite file path
-    or a PostgreSQL URL, not in memory (`shockslurm config check`; no file or server is looked
-    at, the check may run on another machine)."""
+    """A `StoreError` unless `url` has the form of a store this code opens (SQLite file path or
+    PostgreSQL URL, not in memory); no file or server is looked at (`config check`)."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         sqlite_path(parsed)
@@ -279,13 +278,12 @@ def _name_the_store(engine: Engine) -> None:
 
 
 def store_failure(exc: BaseException) -> str:
-    """What a command says of a database error no code of it expected: a damaged store (SQLite's
-    "database disk image is malformed"), or one whose tables were changed outside shockslurm (a
-    table or column missing)."""
-    where = getattr(exc, "shockslurm_store", None)
-    return (f"the store {where or '(--db)'} cannot be used: {describe(exc)}; it is damaged or "
-            "was changed outside shockslurm (for SQLite, `sqlite3 FILE 'PRAGMA "
-            "integrity_check'` tells which): restore it from a backup, or start a new store")
+    """What a command says of a database error it did not expect: a damaged store ("database
+    disk image is malformed") or tables changed outside shockslurm (a table or column missing)."""
+    return (f"the store {getattr(exc, 'shockslurm_store', None) or '(--db)'} cannot be used: "
+            f"{describe(exc)}; it is damaged or was changed outside shockslurm (for SQLite, "
+            "`sqlite3 FILE 'PRAGMA integrity_check'` tells which): restore it from a backup, or "
+            "start a new store")
 
 
 def describe(exc: BaseException) -> str:
