@@ -340,3 +340,16 @@ def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
     assert result.exit_code == 2, result.output
     assert f"is the file of {input_option}: writing it would replace it" in result.output
     assert {name: Path(name).read_bytes() for name in before} == before
+
+
+def test_only_a_sqlite_store_has_a_file_an_output_could_replace(tmp_path: Path) -> None:
+    """`simulate` took the database name of a PostgreSQL URL for a file: `--db
+    postgresql+psycopg://u@127.0.0.1/test --json test` was refused as if `test` were the
+    store's file. `check_url` names a file for SQLite stores only."""
+    from shockslurm.store.database import check_url
+
+    assert check_url(str(tmp_path / "s.db")) == tmp_path / "s.db"
+    assert check_url(f"sqlite:///{tmp_path / 's.db'}") == tmp_path / "s.db"
+    assert check_url("postgresql+psycopg://u@127.0.0.1/test") is None
+    with pytest.raises(StoreError, match="in memory"):
+        check_url("sqlite://")

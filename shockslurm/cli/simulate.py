@@ -19,7 +19,7 @@ from ..sim.jobs import ADAPTATION_MODES
 from ..sim.reference_profiles import load_reference_trace
 from ..sim.run import SimConfig, SimResult, simulate
 from ..store import open_store
-from ..store.database import parse_url, sqlite_path
+from ..store.database import check_url
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import read_jobs
 from .db import DB_HELP, record_simulation
@@ -168,7 +168,7 @@ def simulate_cmd(ctx: click.Context, trace: Path | None, throughputs: Path | Non
     except ShockslurmError as exc:
         raise click.ClickException(str(exc)) from None
     settings = _settings(ctx, file_settings, round_seconds, resolve_interval, idle_new_jobs)
-    store_file = None if db_url is None else sqlite_path(parse_url(db_url))
+    store_file = None if db_url is None else check_url(db_url)
     refuse_inputs_as_outputs({"--json": json_out},
                              {"--trace": trace, "--throughputs": throughputs,
                               "--profiles": profiles, "--policy-config": policy_config,

@@ -156,12 +156,11 @@ def sqlite_path(url: URL) -> Path | None:
     return None if db.startswith("file:") else Path(db)
 
 
-def check_url(url: str) -> None:
-    """A `StoreError` unless `url` has the form of a store this code opens (SQLite file path or
-    PostgreSQL URL, not in memory); no file or server is looked at (`config check`)."""
+def check_url(url: str) -> Path | None:
+    """The file of a SQLite store URL (None for PostgreSQL or a `file:` URI); a `StoreError`
+    unless `url` has a form this code opens (not in memory). Nothing is looked at."""
     parsed = parse_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        sqlite_path(parsed)
+    return sqlite_path(parsed) if parsed.get_backend_name() == "sqlite" else None
 
 
 def _check_sqlite_file(url: URL) -> None:
