@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from typing import Any, Iterator, Sized
+from typing import Any, Iterator, Sized, Union, cast
 
 import torch
 
@@ -96,7 +96,6 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         SLURM_PROCID and SLURM_NTASKS): a DataLoader built before the group is up (Lightning
         starts it in `fit`, and sets WORLD_SIZE only then) is sharded as the ranks run."""
         self.dataset = data  # type: ignore[assignment]     # (DistributedSampler's names)
-        self._data = data
         self._replicas, self._rank = num_replicas, rank
         if num_replicas is not None and rank is not None:
             self._shard()                                    # a bad pair is refused at once
@@ -125,7 +124,8 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         """The dataset's length now (read at each epoch: a dataset that grows between epochs,
         as in curriculum or active learning, is drawn whole; until 2026-12-02 the length when
         the sampler was made was kept, and a resumed process, made later, drew another order)."""
-        return self._data if isinstance(self._data, int) else len(self._data)
+        data = cast(Union[Sized, int], self.dataset)
+        return data if isinstance(data, int) else len(data)
 
     def _per_rank(self, replicas: int, n: int) -> int:
         return n // replicas if self.drop_last else math.ceil(n / replicas)
