@@ -20,7 +20,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -376,3 +376,23 @@ def test_numpy_numbers_are_numbers():
     import numpy as np
     assert limits.finite(np.float32(1.5)) == 1.5 and limits.finite(np.int64(7)) == 7.0
     assert limits.finite(np.float64("nan")) is None
+
+
+def test_a_registration_whose_json_is_no_json_is_that_jobs_problem(tmp_path):
+    """A hand-edited SQLite store whose batch_sizes (or an intent's argv) holds text that is
+    no JSON: the lookup hands the text back and the spec check refuses that job alone (it was
+    a JSONDecodeError out of the lookup: a store outage, no rounds while the row existed)."""
+    engine = open_store(f"sqlite:///{tmp_path / 'hand-edited.db'}", create=True)
+    journal = StoreJournal(engine, cluster="fuzz", policy="fifo")
+    bad, good = next(_ids), next(_ids)
+    register_raw(engine, "fuzz", bad)
+    register_raw(engine, "fuzz", good)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET batch_sizes = '[32, 64' WHERE job_id = :j"),
+                     {"j": bad})
+    found = journal.lookup([_slurm_job(bad), _slurm_job(good)])
+    assert found[bad]["batch_sizes"] == "[32, 64"
+    assert found[good]["batch_sizes"] == [1]
+    with pytest.raises(BadSpec, match="batch_sizes"):
+        job_spec("shock:managed", found[bad])
+    engine.dispose()

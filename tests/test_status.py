@@ -277,3 +277,20 @@ def test_a_job_requeued_long_after_its_submission_counts_from_its_submission(tmp
     assert mine.spec_source == "store" and mine.last_report_s == SUBMIT + 50
     assert before.rho is not None and mine.rho == pytest.approx(before.rho, rel=1e-3)
     assert other.spec_source == "default" and other.last_report_s is None
+
+
+@pytest.mark.parametrize("argv, shown", [("'scontrol rel'", "scontrol rel"),
+                                         ("'[1, 2]'", "1 2")])
+def test_a_stored_argv_edited_by_hand_is_shown_as_it_is(store: str, argv: str, shown: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An intent's argv that is no JSON, or a list of numbers (a hand-edited SQLite file):
+    `shocksub --status` failed with a JSONDecodeError or TypeError traceback; now the history
+    shows the stored value."""
+    import sqlite3
+
+    with sqlite3.connect(store) as conn:
+        conn.execute(f"UPDATE enactment_intents SET argv = {argv}")
+    monkeypatch.setattr(status_cli, "read_slurm", lambda: list(JOBS))
+    result = CliRunner().invoke(shocksub, ["--status", "102", "--db", store])
+    assert result.exit_code == 0, result.output
+    assert f"round 3 release  rc=0  {shown}" in result.output

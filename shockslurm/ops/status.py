@@ -233,7 +233,13 @@ def _read_intents(s: Session, owner: Mapping[int, int], out: dict[int, StoreJob]
         info = out[owner[intent.job_pk]]
         rc = "pending" if intent.return_code is None else f"rc={intent.return_code}"
         info.intents.append((_stamp(intent.created_at), f"round {round_index} "
-                             f"{intent.action}", rc, " ".join(intent.argv)))
+                             f"{intent.action}", rc, _shown_argv(intent.argv)))
+
+
+def _shown_argv(argv: Any) -> str:
+    """An intent's stored argv as one line: a list's items joined, anything else (a
+    hand-edited row) as its text."""
+    return " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
 
 
 def _stored_json(raw: Any) -> Any:

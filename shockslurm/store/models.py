@@ -8,7 +8,9 @@ Why these shapes:
   are plain floats (`*_s`); wall-clock bookkeeping (when a run started, when an intent was
   created/finished) uses timezone-aware timestamps.
 - Variable-length data (batch-size ladder, run configuration, an sbatch/scontrol argv) is JSON:
-  it is read back whole, never queried inside.
+  it is read back whole, never queried inside. A value that is no JSON (a hand-edited SQLite
+  file; PostgreSQL refuses one) reads back as its text, for the reader to refuse: one bad row
+  is that row's problem, not a store that cannot be read.
 The generated DDL is frozen in `sql/schema-*.sql` (checked by tests) and built by migrations.
 """
 
@@ -19,7 +21,9 @@ from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
                         MetaData, String, Text, UniqueConstraint)
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 # Deterministic constraint names: migrations and the frozen DDL must name them the same everywhere.
 NAMING_CONVENTION = {
@@ -35,6 +39,25 @@ class Base(DeclarativeBase):
     """Declarative base whose metadata carries the naming convention."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StoredJSON(TypeDecorator[Any]):
+    """JSON whose stored text, when it is no JSON, reads back as that text."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        parse = super().result_processor(dialect, coltype)
+        if parse is None:                   # the driver parses it (PostgreSQL's)
+            return None
+
+        def lenient(value: Any) -> Any:
+            try:
+                return parse(value)
+            except ValueError:              # json.JSONDecodeError
+                return value
+        return lenient
 
 
 def stamp_seconds(when: datetime) -> float:
@@ -53,7 +76,7 @@ class Run(Base):
     cluster: Mapped[str] = mapped_column(String(128))
     policy: Mapped[str] = mapped_column(String(64))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[dict[str, Any]] = mapped_column(StoredJSON)
 
     jobs: Mapped[list[Job]] = relationship(back_populates="run")
     rounds: Mapped[list[Round]] = relationship(back_populates="run")
@@ -74,7 +97,7 @@ class Job(Base):
     model: Mapped[str] = mapped_column(String(128))
     epochs: Mapped[int] = mapped_column(Integer)
     samples_per_epoch: Mapped[int] = mapped_column(BigInteger)
-    batch_sizes: Mapped[list[int]] = mapped_column(JSON)  # the ladder, ascending
+    batch_sizes: Mapped[list[int]] = mapped_column(StoredJSON)  # the ladder, ascending
     gang_size: Mapped[int] = mapped_column(Integer)
     # Added by revision 0003: the HMAC-SHA256 key (hex) the job's training reports are signed
     # with, derived from the secret shocksub handed the job (never the secret itself). NULL for
@@ -147,7 +170,7 @@ class EnactmentIntent(Base):
     # indexed by revision 0005: the stops under way are read by job every round
     job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     action: Mapped[str] = mapped_column(String(32))
-    argv: Mapped[list[str]] = mapped_column(JSON)
+    argv: Mapped[list[str]] = mapped_column(StoredJSON)
     return_code: Mapped[int | None] = mapped_column(Integer)
     stderr: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
