@@ -97,6 +97,11 @@ class BadValue(InputError):
     """A job-supplied value that is of the wrong type, not finite, or out of its bounds."""
 
 
+SETTING_CHARS = 200
+"""How much of a bad setting's value a config error shows (an admin's own file: more of it than
+of a job's value, still cut short)."""
+
+
 def shown(value: object, limit: int = 40) -> str:
     """The value for a message, cut short to `limit` characters (a hostile value can be
     megabytes long, or nested thousands deep)."""

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..limits import shown
+from ..limits import SETTING_CHARS, shown
 from ..policies import PolicySettings, make_policy, option_names
 # The file's lookup and reading, shared with shocksub and the training helper (re-exported).
 from ..siteconfig import CONFIG_ENV as CONFIG_ENV
@@ -217,7 +217,7 @@ def parse_policy_assignments(items: Sequence[str], source: str) -> dict[str, Any
         name, sep, raw = item.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise ConfigError(f"expected KEY=VALUE, got {shown(item, 200)}", source=source)
+            raise ConfigError(f"expected KEY=VALUE, got {shown(item, SETTING_CHARS)}", source=source)
         out[name] = _toml_or_text(raw.strip())
     return out
 

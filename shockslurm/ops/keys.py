@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, TypeVar
 
 from ..errors import ConfigError
-from ..limits import finite, is_real, shown
+from ..limits import SETTING_CHARS, finite, is_real, shown
 from ..churn_rules import ChurnLimits
 from ..live.acting import GRACE_SECONDS, PARTITIONS, STOP_TIMEOUT_S
 from ..policies import REGISTRY, PolicySettings
@@ -216,7 +216,7 @@ class Key:
         try:
             return KINDS[self.kind].validate(value, self)
         except _Bad as exc:
-            raise ConfigError(f"{exc}, got {shown(value, 200)}", source=source,
+            raise ConfigError(f"{exc}, got {shown(value, SETTING_CHARS)}", source=source,
                               field=self.dotted) from None
 
 

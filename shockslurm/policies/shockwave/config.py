@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ...limits import finite, shown
+from ...limits import SETTING_CHARS, finite, shown
 
 # Upper bounds of the options that size a re-solve's memory or time (each documented on its
 # option). Measured on the 2-core development machine, one re-solve of `bench solver`'s
@@ -186,21 +186,21 @@ def _typed(name: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        raise ValueError(f"{name} must be true or false, got {shown(value, 200)}")
+        raise ValueError(f"{name} must be true or false, got {shown(value, SETTING_CHARS)}")
     if isinstance(default, int):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ValueError(f"{name} must be an integer, got {shown(value, 200)}")
+        raise ValueError(f"{name} must be an integer, got {shown(value, SETTING_CHARS)}")
     if isinstance(default, float):
         if finite(value) is not None:
             return float(value)
-        raise ValueError(f"{name} must be a finite number, got {shown(value, 200)}")
+        raise ValueError(f"{name} must be a finite number, got {shown(value, SETTING_CHARS)}")
     if isinstance(default, str):
         if isinstance(value, str):
             return value
-        raise ValueError(f"{name} must be a string, got {shown(value, 200)}")
+        raise ValueError(f"{name} must be a string, got {shown(value, SETTING_CHARS)}")
     if isinstance(default, tuple):
         if isinstance(value, (list, tuple)) and all(finite(v) is not None for v in value):
             return tuple(float(v) for v in value)
-        raise ValueError(f"{name} must be a list of finite numbers, got {shown(value, 200)}")
+        raise ValueError(f"{name} must be a list of finite numbers, got {shown(value, SETTING_CHARS)}")
     raise AssertionError(name)  # pragma: no cover - a field of another type
