@@ -50,8 +50,10 @@ class CliBackend:
         env = None if self.env is None else {**os.environ, **self.env}
         start = time.monotonic()
         try:
+            # a session of its own: a stop signalled to the daemon's whole group (Ctrl-C,
+            # `systemctl stop`) must not kill the round's command under way with the daemon
             proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=limit,
-                                  env=env, check=False, shell=False)
+                                  env=env, check=False, shell=False, start_new_session=True)
         except FileNotFoundError as exc:
             raise SlurmError(f"Slurm command not found: {argv[0]} (is Slurm installed and on "
                              f"PATH?)", argv=argv) from exc
