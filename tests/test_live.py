@@ -287,3 +287,24 @@ def test_a_hold_whose_job_still_waits_requeues_nothing():
         c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
         assert [a[:3] for a in b.log] == [("scontrol", "uhold", "1"),
                                           ("scontrol", "release", "2")], b.log
+
+
+def test_a_dry_runs_stop_waits_for_no_exit_and_warns_of_no_held_gpus(caplog):
+    """`--dry-run` prints a stop's commands; the job goes on running (nothing was sent), so
+    waiting for it to exit and let go of its GPUs only read the queue every 0.5 s for the
+    whole grace and stop timeout (182 reads for one stop, 90 s) and then warned that it still
+    held its GPUs after a requeuehold that never went out."""
+    from shockslurm.slurm.dryrun import DryRunBackend
+
+    inner = FakeBackend([job(1, JobState.RUNNING), job(2)])
+    clock = FakeClock()
+    dry = DryRunBackend(inner, echo=None)
+    c = SlurmCluster(dry, grace_seconds=30, stop_timeout_s=60, sleep=clock.sleep,
+                     monotonic=clock.monotonic)
+    with caplog.at_level("WARNING"):
+        c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+    assert [a[:2] for a in dry.actions] == [("scancel", "--signal=USR1"),
+                                            ("scontrol", "requeuehold"), ("scontrol", "release")]
+    assert inner.log == [] and clock.t < 2.0
+    assert inner.calls["jobs"] <= 3, inner.calls
+    assert "still hold GPUs" not in caplog.text

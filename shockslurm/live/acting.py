@@ -55,6 +55,8 @@ class SlurmActions:
                  monotonic: Callable[[], float] = time.monotonic,
                  may_act: Callable[[], None] | None = None) -> None:
         self.backend = backend
+        # False for a dry run's backend: a stop it prints stops nothing, so nothing is awaited
+        self.changes_slurm = bool(getattr(backend, "changes_slurm", True))
         self.partitions = tuple(partitions)
         self.job_filter = job_filter
         self.journal: Journal = journal or NullJournal()
@@ -192,7 +194,7 @@ class SlurmActions:
         returns the last squeue read (None when there was nothing to wait for). Polled every
         `STOP_POLL_S`: a job that exits 1.3 s after its signal is requeued then, not after the
         whole grace period."""
-        if wait_s <= 0:
+        if wait_s <= 0 or not self.changes_slurm:
             return None
         waiting = set(job_ids)
         t0 = self._monotonic()
@@ -236,7 +238,9 @@ class SlurmActions:
                       stats: EnactStats) -> set[int]:
         """Poll (bounded) until the stopped jobs hold no GPUs; requeuehold any managed job that
         started outside the plan (`run`) meanwhile (a release that raced a hold). Returns the
-        jobs that still hold GPUs at the deadline."""
+        jobs that still hold GPUs at the deadline (none in a dry run: it stopped nothing)."""
+        if not self.changes_slurm:
+            return set()
         deadline = self._monotonic() + self.stop_timeout_s
         requeued = set(stopping)
         while True:

@@ -17,6 +17,9 @@ from .types import CommandResult, SlurmBackend, SlurmJob, SlurmNode, SlurmVersio
 class DryRunBackend:
     """Delegates reads to `inner`; `run` prints (or passes to `echo`) the argv and returns ok."""
 
+    changes_slurm = False
+    """What `run` sends changes nothing (`SlurmActions` waits for no stopped job to exit)."""
+
     def __init__(self, inner: SlurmBackend, echo: Callable[[str], None] | None = print) -> None:
         self.inner = inner
         self.name = f"dry-run({getattr(inner, 'name', 'backend')})"
