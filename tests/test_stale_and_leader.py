@@ -410,3 +410,21 @@ def test_postgresql_standby_takes_over_when_the_leader_session_ends(store_url, c
         first.leader.dispose()
         second.leader.dispose()
         engine.dispose()
+
+
+def test_the_server_notices_a_vanished_leader_within_seconds(pg_url):
+    """The lock's session keeps TCP keepalives on the server's side too: a leader whose host
+    lost power held its session, and so the lock, until the server's OS keepalive (some 2 h
+    on Linux), and no standby could take over; now the server drops it after
+    idle + 3 x 1 s of silence (idle = the store timeout)."""
+    lock = AdvisoryLeaderLock(pg_url, f"keepalive-{os.getpid()}-{time.time_ns()}", timeout_s=4)
+    try:
+        assert lock.acquire()
+        assert lock._conn is not None
+        shown = {name: lock._conn.execute(text(f"SHOW {name}")).scalar()
+                 for name in ("tcp_keepalives_idle", "tcp_keepalives_interval",
+                              "tcp_keepalives_count")}
+        assert shown == {"tcp_keepalives_idle": "4", "tcp_keepalives_interval": "1",
+                         "tcp_keepalives_count": "3"}, shown
+    finally:
+        lock.dispose()

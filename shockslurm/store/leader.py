@@ -6,7 +6,8 @@ enact. The lock lives with the store, so whoever can reach the store can see who
 - PostgreSQL: a session advisory lock (`pg_try_advisory_lock`) on a key derived from the
   cluster name, held on a dedicated connection (autocommit, never returned to a pool). The
   server releases it when that session ends, so a leader killed with SIGKILL, or whose
-  connection drops, frees it at once. Who holds it is read from `pg_locks` joined with
+  connection drops, frees it at once; one whose host vanished (power, network) within
+  seconds, as the session keeps TCP keepalives on the server's side too. Who holds it is read from `pg_locks` joined with
   `pg_stat_activity`: the holder sets its `application_name` to `shockslurm leader pid=..
   since=.. host=..`.
 - SQLite: an exclusive `flock` on the file `<db>.leader` beside the store, opened without
@@ -178,9 +179,11 @@ class AdvisoryLeaderLock:
 
     def __init__(self, url: str, cluster: str, *, timeout_s: float) -> None:
         # keepalives: a connection whose server vanished is noticed within a few timeouts
+        # (and the server's side, `_server_keepalives`, notices a vanished leader)
+        self._keepalive_idle_s = max(1, int(timeout_s))
         self._engine: Engine = make_engine(
             url, timeout_s=timeout_s, poolclass=NullPool,
-            connect_args={"keepalives": 1, "keepalives_idle": max(1, int(timeout_s)),
+            connect_args={"keepalives": 1, "keepalives_idle": self._keepalive_idle_s,
                           "keepalives_interval": 1, "keepalives_count": 3})
         self.key = advisory_key(cluster)
         unsigned = self.key & 0xFFFF_FFFF_FFFF_FFFF
@@ -205,6 +208,7 @@ class AdvisoryLeaderLock:
                        f"host={info.host}"[:63]
                 conn.execute(text("SELECT set_config('application_name', :n, false)"),
                              {"n": name})
+                self._server_keepalives(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -212,6 +216,15 @@ class AdvisoryLeaderLock:
             raise StoreUnavailable(f"cannot take the leader lock: {describe(exc)}") from None
         self._conn, self.info = conn, info
         return True
+
+    def _server_keepalives(self, conn: Connection) -> None:
+        """The server's side of the session probes it as the client's does: a leader whose
+        host vanished (power, network) loses its session, and so the lock, within seconds,
+        not at the server OS's keepalive (some 2 h on Linux), so that a standby takes over."""
+        for name, value in (("tcp_keepalives_idle", self._keepalive_idle_s),
+                            ("tcp_keepalives_interval", 1), ("tcp_keepalives_count", 3)):
+            conn.execute(text("SELECT set_config(:name, :value, false)"),
+                         {"name": name, "value": str(value)})
 
     def still_held(self) -> bool:
         if self._conn is None:
