@@ -254,6 +254,31 @@ def test_file_lock_one_holder_who_and_release(db):
     b.release()
 
 
+def test_daemons_of_two_clusters_on_one_sqlite_store_both_lead(db):
+    """The file lock was one per store: the daemon of a second cluster stood by for ever,
+    naming the first cluster's daemon as its leader. Now each cluster has its own file; the
+    default cluster's is the one earlier daemons locked, so an older daemon and a new one of
+    that cluster still exclude each other."""
+    from shockslurm.store.leader import leader_lock
+
+    url = f"sqlite:///{db}"
+    locks = {c: leader_lock(url, c, timeout_s=1) for c in ("slurm", "a", "b", "a/../x y")}
+    rivals = {c: leader_lock(url, c, timeout_s=1) for c in locks}
+    older = FileLeaderLock(db + ".leader")
+    try:
+        assert all(lock.acquire() for lock in locks.values())
+        assert not any(lock.acquire() for lock in rivals.values())
+        assert not older.acquire()
+        paths = {c: str(lock.path) for c, lock in locks.items()}       # type: ignore
+        assert [paths[c] for c in ("slurm", "a", "b")] == [
+            db + ".leader", db + ".a.leader", db + ".b.leader"], paths
+        odd = paths["a/../x y"]
+        assert os.path.dirname(odd) == os.path.dirname(db) and ".." not in odd
+    finally:
+        for lock in [*locks.values(), *rivals.values(), older]:
+            lock.release()
+
+
 def test_file_lock_replaced_under_the_holder_is_lost(db):
     a, b = FileLeaderLock(db + ".leader"), FileLeaderLock(db + ".leader")
     assert a.acquire()

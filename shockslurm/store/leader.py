@@ -10,8 +10,8 @@ enact. The lock lives with the store, so whoever can reach the store can see who
   seconds, as the session keeps TCP keepalives on the server's side too. Who holds it is read from `pg_locks` joined with
   `pg_stat_activity`: the holder sets its `application_name` to `shockslurm leader pid=..
   since=.. host=..`.
-- SQLite: an exclusive `flock` on the file `<db>.leader` beside the store, opened without
-  following symlinks. The kernel releases it when the process dies. The holder writes
+- SQLite: an exclusive `flock` on the file `<db>.leader` (`lock_file`: one per cluster) beside
+  the store, opened without following symlinks. The kernel releases it when the process dies. The holder writes
   `{"host", "pid", "since"}` into the file; a reader trusts it only while the file is locked
   (a shared `flock` probe that fails). A lock file that was replaced or deleted under the
   holder counts as lost (its inode no longer matches), so two holders cannot coexist.
@@ -40,10 +40,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from ..errors import ShockslurmError
+from ..siteconfig import DEFAULT_CLUSTER
 from .database import (StoreError, StoreUnavailable, describe, make_engine, parse_url,
                        sqlite_path)
 
 LOCK_SUFFIX = ".leader"
+PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 APP_NAME_RE = re.compile(r"^shockslurm leader pid=(\d+) since=(\d+) host=(.*)$")
 MAX_INFO_BYTES = 4096
 
@@ -293,7 +295,18 @@ def leader_lock(url: str, cluster: str, *, timeout_s: float) -> LeaderLock:
     path = sqlite_path(parsed)
     if path is None:        # a file: URI, which SQLite opens itself
         raise StoreError(f"the store {url!r} has no file to put a leader lock beside")
-    return FileLeaderLock(str(path) + LOCK_SUFFIX)
+    return FileLeaderLock(lock_file(str(path), cluster))
+
+
+def lock_file(db: str, cluster: str) -> str:
+    """The SQLite leader lock's file for `cluster`: `<db>.leader` for the default cluster (as
+    every daemon before 2026-12-02 locked), `<db>.<cluster>.leader` for another (its name when
+    it is a plain one, else a digest of it), so daemons of two clusters on one store both lead."""
+    if cluster == DEFAULT_CLUSTER:
+        return db + LOCK_SUFFIX
+    name = cluster if PLAIN_NAME_RE.match(cluster) else \
+        hashlib.sha256(cluster.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{db}.{name}{LOCK_SUFFIX}"
 
 
 class LeadershipLost(ShockslurmError):
