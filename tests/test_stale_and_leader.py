@@ -146,6 +146,39 @@ def test_locked_store_at_start_up_waits_with_one_line(db, caplog):
     assert _tracebacks(caplog) == []
 
 
+def test_a_new_daemon_upgrades_the_store_only_once_the_leader_has_stopped(db, caplog):
+    """A newer daemon started beside the leader (a rolling upgrade) upgraded the shared store
+    at once, under the older leader's writes; now it waits, with one line naming the leader,
+    until the leader has stopped, then upgrades and starts. A store at this code's schema
+    is opened at once beside a leader (a standby)."""
+    from shockslurm.store.database import current_revision, head_revision, make_engine, upgrade
+
+    old = make_engine(db)
+    upgrade(old, "0004")
+    running_leader, ours = FileLeaderLock(db + ".leader"), FileLeaderLock(db + ".leader")
+    assert running_leader.acquire()
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        assert current_revision(old) == "0004"          # not upgraded under the leader
+        if len(sleeps) == 2:
+            running_leader.release()                    # the older daemon stops
+    caplog.set_level(logging.INFO, logger="shockslurm")
+    with pytest.raises(StoreUnavailable, match="revision '0004'.*pid .* leads this cluster"):
+        open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=1.0, wait=False, leader=ours)
+    engine = open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=1.0, sleep=sleep, leader=ours)
+    assert sleeps == [1.0, 1.0] and current_revision(engine) == head_revision()
+    lines = [r.getMessage() for r in caplog.records if "unavailable at start-up" in r.getMessage()]
+    assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0], lines
+    assert running_leader.acquire()                     # at head now: a standby starts at once
+    open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=1.0, leader=ours,
+                       sleep=lambda s: pytest.fail("waited at this code's schema")).dispose()
+    for e in (engine, old):
+        e.dispose()
+    running_leader.release()
+
+
 def test_start_up_refuses_what_a_retry_cannot_fix(tmp_path):
     with pytest.raises(StoreError) as info:
         open_store_waiting(str(tmp_path / "nodir" / "s.db"), timeout_s=TIMEOUT_S, retry_s=1,

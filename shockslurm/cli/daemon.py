@@ -145,15 +145,16 @@ def _start(path: Path, dry_run: bool, once: bool, signals: StartupSignals
             "%s", advice, extra={"fields": {"event": "slurm_advice"}})
     engine = leader = None
     if not dry_run:
+        leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
         try:
             engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
                                         retry_s=cfg.round_seconds, wait=not once,
-                                        signals=signals)
+                                        signals=signals, leader=leader)
         except BaseException:
+            leader.dispose()
             if stop_metrics is not None:
                 stop_metrics()
             raise
-        leader = leader_lock(cfg.db, cfg.cluster, timeout_s=cfg.store_timeout_seconds)
     daemon = build_daemon(cfg, backend, engine=engine, metrics=metrics)
     journald = cfg.journald     # a restart key: SIGHUP changes only the format
 

@@ -35,6 +35,8 @@ from ..ops.metrics import DaemonMetrics, MetricsJournal, MetricsObserver
 from ..policies import make_policy
 from ..slurm.types import JobState, SlurmBackend, SlurmJob
 from ..store import StoreUnavailable, open_store
+from ..store.database import current_revision, head_revision, make_engine
+from ..store.leader import LeaderLock
 from .journal import StoreJournal
 from .round_log import RoundLogger
 from .startup import StartupSignals
@@ -197,17 +199,20 @@ def run_config(cfg: DaemonConfig, backend_name: str) -> dict[str, object]:
 def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool = True,
                        signals: StartupSignals | None = None,
                        sleep: Callable[[float], None] | None = None,
-                       monotonic: Callable[[], float] = time.monotonic) -> Engine:
+                       monotonic: Callable[[], float] = time.monotonic,
+                       leader: LeaderLock | None = None) -> Engine:
     """The store, created or upgraded (`open_store(create=True)`); while it is unavailable
-    (locked, unreachable), one log line and a retry every `retry_s`, never a traceback. Other
-    store errors (newer schema, read-only) raise `StoreError`, and so does an unavailable store
-    when not `wait` (`--once`). With `signals`, the wait sleeps on them and a signal ends it
-    (`StartupInterrupted`)."""
+    (locked, unreachable, or due an upgrade while another daemon holds `leader`), one log line
+    and a retry every `retry_s`, never a traceback. Other store errors (newer schema,
+    read-only) raise `StoreError`, and so does an unavailable store when not `wait` (`--once`).
+    With `signals`, the wait sleeps on them and a signal ends it (`StartupInterrupted`)."""
     if sleep is None:
         sleep = signals.sleep if signals is not None else time.sleep
     down_since: float | None = None
     while True:
         try:
+            if leader is not None:
+                upgrade_after_the_leader(url, leader, timeout_s)
             engine = open_store(url, create=True, timeout_s=timeout_s)
         except StoreUnavailable as exc:
             if not wait:
@@ -227,3 +232,26 @@ def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool
                         extra={"fields": {"event": "recovered", "what": "store",
                                           "outage_s": round(took, 3)}})
         return engine
+
+
+def upgrade_after_the_leader(url: str, leader: LeaderLock, timeout_s: float) -> None:
+    """Raise `StoreUnavailable` while the store's schema is behind this code's and another
+    daemon leads the cluster (a newer daemon started beside a running one, as in a rolling
+    upgrade): its upgrade would change the tables under the leader's writes. Whatever else
+    is wrong with the store is left to `open_store` to say."""
+    holder = leader.holder()
+    if holder is None:
+        return
+    try:
+        engine = make_engine(url, timeout_s=timeout_s)
+        try:
+            revision = current_revision(engine)
+        finally:
+            engine.dispose()
+    except Exception:                       # noqa: BLE001 - open_store names the fault
+        return
+    if revision is None or revision == head_revision():
+        return
+    raise StoreUnavailable(f"the store is at schema revision {revision!r}, this daemon's is "
+                           f"{head_revision()!r}, and pid {holder.pid} on {holder.host} leads "
+                           f"this cluster: the upgrade waits until that daemon stops")
