@@ -163,6 +163,28 @@ def test_signals_while_waiting_for_the_store(tmp_path):
         stopping.kill()
 
 
+def test_an_invalid_file_at_a_sighup_while_waiting_for_the_store_keeps_the_one_read(tmp_path):
+    """A SIGHUP in the start-up's wait with the file made invalid meanwhile ended the daemon
+    (exit 1, and systemd restarting it every 10 s); now it is logged with the key named and
+    the daemon goes on waiting with the configuration it read, as a reload keeps it later."""
+    import signal
+    proc, log = _daemon(tmp_path, UNREACHABLE)
+    try:
+        _wait_for(log, "waiting for it")
+        (tmp_path / "d.toml").write_text(
+            (tmp_path / "d.toml").read_text().replace("round_seconds = 5", "round_seconds = -1"))
+        proc.send_signal(signal.SIGHUP)
+        _wait_for(log, "the configuration re-read is invalid, keeping the one read before")
+        assert "round_seconds" in log.read_text()
+        _wait_for(log, "waiting for it")
+        assert proc.poll() is None, log.read_text()                 # still waiting
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        proc.kill()
+
+
 def test_once_on_standby_says_no_round_ran(tmp_path):
     """A second daemon on the same store stands by; with --once that is a round not run."""
     leader, log = _daemon(tmp_path, str(tmp_path / "s.db"))

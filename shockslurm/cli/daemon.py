@@ -13,7 +13,8 @@ configuration, SIGTERM/SIGINT finish the current round and exit 0.
 
 A store that is unavailable at start (locked, unreachable) is waited for: one log line, a retry
 every round; signals in that wait are recorded, not fatal (`daemon/startup.py`): SIGHUP starts
-again with the configuration re-read, SIGTERM/SIGINT exit 0. The daemon then acts only while
+again with the configuration re-read (an invalid file is logged and the one read before kept),
+SIGTERM/SIGINT exit 0. The daemon then acts only while
 it holds the store's leader lock (`store/leader.py`); a second daemon on the same store stands
 by and takes over within a round of the leader's death.
 """
@@ -98,21 +99,35 @@ def daemon_cmd(config_path: Path | None, dry_run: bool, once: bool) -> None:
 def _start_until_up(path: Path, dry_run: bool, once: bool, signals: StartupSignals
                     ) -> tuple[DaemonRunner, Callable[[], None] | None, LeaderLock | None] | None:
     """`_start`; again from the top, the configuration re-read, after a SIGHUP in its wait for
-    the store; None after a SIGTERM or SIGINT there."""
+    the store (a re-read file that is invalid is logged and the one read before is kept, as a
+    running daemon's reload keeps it); None after a SIGTERM or SIGINT there."""
     from ..daemon.startup import StartupInterrupted
+    from ..errors import ConfigError
+    from ..masking import mask
+    from ..ops.config import load_config
 
+    cfg = load_config(path, os.environ)     # invalid: the daemon does not start
     while True:
         try:
-            return _start(path, dry_run, once, signals)
+            return _start(path, cfg, dry_run, once, signals)
         except StartupInterrupted as exc:
             if not exc.reload:
                 return None
-            logging.getLogger("shockslurm.daemon").warning(
-                "SIGHUP while waiting for the store: starting again with the configuration "
-                "re-read", extra={"fields": {"event": "reload", "during": "start-up"}})
+        log = logging.getLogger("shockslurm.daemon")
+        try:
+            cfg = load_config(path, os.environ)
+        except ConfigError as exc:
+            log.error("SIGHUP while waiting for the store: the configuration re-read is "
+                      "invalid, keeping the one read before: %s", mask(str(exc)),
+                      extra={"fields": {"event": "reload", "ok": False, "key": exc.field,
+                                        "during": "start-up"}})
+            continue
+        log.warning("SIGHUP while waiting for the store: starting again with the "
+                    "configuration re-read",
+                    extra={"fields": {"event": "reload", "during": "start-up"}})
 
 
-def _start(path: Path, dry_run: bool, once: bool, signals: StartupSignals
+def _start(path: Path, cfg: DaemonConfig, dry_run: bool, once: bool, signals: StartupSignals
            ) -> tuple[DaemonRunner, Callable[[], None] | None, LeaderLock | None]:
     """The start-up path: the configuration, logs, Slurm backend, metrics endpoint, store and
     leader lock, the daemon built and `cfg` applied (the path a SIGHUP reload takes too:
@@ -128,7 +143,6 @@ def _start(path: Path, dry_run: bool, once: bool, signals: StartupSignals
     from ..slurm.sched_delay import release_delay_advice
     from ..store.leader import leader_lock
 
-    cfg = load_config(path, os.environ)
     # The round line is the daemon's heartbeat: INFO on stdout (journald keeps it); the global
     # `--log-level DEBUG` adds the debug lines.
     logsetup.configure(cfg.log_format, stream=sys.stdout, journald=cfg.journald,

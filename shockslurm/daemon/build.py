@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from sqlalchemy import Engine
 
 from ..engine import Clock, RoundLoop, RoundObserver, WallClock
+from ..errors import ShockslurmError
 from ..live import enact as en
 from ..live.cluster import SlurmCluster
 from ..live.journaling import Journal
@@ -239,7 +240,10 @@ def upgrade_after_the_leader(url: str, leader: LeaderLock, timeout_s: float) -> 
     daemon leads the cluster (a newer daemon started beside a running one, as in a rolling
     upgrade): its upgrade would change the tables under the leader's writes. Whatever else
     is wrong with the store is left to `open_store` to say."""
-    holder = leader.holder()
+    try:
+        holder = leader.holder()
+    except ShockslurmError:                 # the store's fault: open_store names it
+        return
     if holder is None:
         return
     try:
