@@ -85,6 +85,34 @@ def test_every_logger_and_warning_goes_through_the_format():
     assert rest[-1] == "<3>ValueError: boom"
 
 
+def test_a_message_is_one_text_line_and_a_traceback_keeps_its_lines():
+    """A message holding a newline (a Slurm command's multi-line stderr) or a terminal escape
+    came out as several lines in the text format, the later ones without the record's prefix
+    (one could pass for a record of its own); now it is one line with the characters escaped.
+    A traceback still follows on lines of its own."""
+    import io
+    import logging
+
+    from shockslurm.ops import logsetup
+
+    stream = io.StringIO()
+    logsetup.configure("text", stream=stream, journald="no")
+    try:
+        logging.getLogger("shockslurm.live").warning(
+            "scancel failed: %s", "line one\nshockslurm INFO shockslurm.daemon: forged\x1b[2J")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("shockslurm.daemon").exception("failed\nagain")
+    finally:
+        logsetup.remove()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("shockslurm WARNING shockslurm.live: scancel failed: line one\\n"
+                             "shockslurm INFO shockslurm.daemon: forged\\x1b[2J"), lines
+    assert lines[1].endswith("shockslurm ERROR shockslurm.daemon: failed\\nagain")
+    assert lines[2] == "Traceback (most recent call last):" and lines[-1] == "ValueError: boom"
+
+
 def test_the_global_log_level_can_only_add_debug_lines_to_the_daemons():
     import logging
 

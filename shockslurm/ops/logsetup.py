@@ -21,6 +21,7 @@ import sys
 import time
 from typing import IO, Any, Mapping
 
+from ..errors import printable
 from ..masking import mask
 
 LOGGER = "shockslurm"
@@ -42,9 +43,16 @@ class MaskingFilter(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
+    """One line a record: the message's newlines and other unprintable characters (a Slurm
+    command's multi-line stderr, a terminal escape) escaped, so no part of it passes for a
+    record of its own; a traceback follows on lines of its own."""
+
     def __init__(self, timestamp: bool = True) -> None:
         super().__init__(("%(asctime)s " if timestamp else "")
                          + "shockslurm %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
 
 
 def syslog_priority(levelno: int) -> int:
