@@ -54,6 +54,16 @@ def test_json_mode_emits_only_json(tmp_path):
     assert out.returncode == 1
 
 
+def _log_a_traceback(message: str) -> None:
+    """An ERROR record of `message` with the traceback of a ValueError('boom')."""
+    import logging
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("shockslurm.daemon").exception(message)
+
+
 def test_every_logger_and_warning_goes_through_the_format():
     import io
     import logging
@@ -68,10 +78,7 @@ def test_every_logger_and_warning_goes_through_the_format():
         logging.getLogger("sqlalchemy.pool").info("below WARNING: dropped")
         warnings.warn("a Python warning", UserWarning, stacklevel=1)
         logsetup.configure("text", journald="yes")
-        try:
-            raise ValueError("boom")
-        except ValueError:
-            logging.getLogger("shockslurm.daemon").exception("failed")
+        _log_a_traceback("failed")
     finally:
         logsetup.remove()
     lines = stream.getvalue().splitlines()
@@ -100,10 +107,7 @@ def test_a_message_is_one_text_line_and_a_traceback_keeps_its_lines():
     try:
         logging.getLogger("shockslurm.live").warning(
             "scancel failed: %s", "line one\nshockslurm INFO shockslurm.daemon: forged\x1b[2J")
-        try:
-            raise ValueError("boom")
-        except ValueError:
-            logging.getLogger("shockslurm.daemon").exception("failed\nagain")
+        _log_a_traceback("failed\nagain")
     finally:
         logsetup.remove()
     lines = stream.getvalue().splitlines()
