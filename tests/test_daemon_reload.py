@@ -96,6 +96,10 @@ def test_reload_keeps_restart_keys_and_bad_files(tmp_path: Path, caplog):
     assert runner.cfg.round_seconds == 20 and runner.daemon.loop.round_s == 20
     assert "daemon.partitions changed but need a restart" in caplog.text
     assert "configuration reloaded: daemon.round_seconds=20" in caplog.text
+    _write(path, 'round_seconds = 20\npartitions = ["urgent"]\n[policy]\nfuture_rounds = 12')
+    caplog.clear()
+    assert runner.reload()          # was logged as `policy=shockwave`, naming no option
+    assert "configuration reloaded: policy.future_rounds=12" in caplog.text, caplog.text
     _write(path, "round_seconds = -1")
     assert not runner.reload()
     assert runner.cfg.round_seconds == 20

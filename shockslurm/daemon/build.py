@@ -76,8 +76,9 @@ class Daemon:
         cluster.max_snapshot_age_s = cfg.snapshot_age_bound
         changed = [k.dotted for k in DAEMON_KEYS
                    if k.reload and getattr(cfg, k.name) != getattr(old, k.name)]
-        return changed + (["policy"] if dict(cfg.policy_options) != dict(old.policy_options)
-                          else [])
+        options = set(cfg.policy_options) | set(old.policy_options)
+        return changed + [f"policy.{name}" for name in sorted(options)
+                          if cfg.policy_options.get(name) != old.policy_options.get(name)]
 
     def reconcile(self, now: float | None = None) -> dict[str, int]:
         """Start-up reconciliation of the store with Slurm (see the module); raises

@@ -169,8 +169,7 @@ class DaemonRunner:
             return False
         changed = self.apply(keep_restart_keys(new, self.cfg))
         log.info("configuration reloaded: %s", ", ".join(
-            f"{k}={getattr(new, k.split('.', 1)[1]) if k != 'policy' else new.policy}"
-            for k in changed) or "nothing changed",
+            f"{k}={new.value_of(k)}" for k in changed) or "nothing changed",
             extra={"fields": {"event": "reload", "ok": True, "changed": changed}})
         self._count_reload("ok")
         return True

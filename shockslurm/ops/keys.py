@@ -359,6 +359,11 @@ class DaemonConfig:
             return self.round_seconds / 2
         return self.max_snapshot_age_seconds
 
+    def value_of(self, dotted: str) -> Any:
+        """The value of key `daemon.NAME`, or of option `policy.NAME` (None: left unset)."""
+        section, name = dotted.split(".", 1)
+        return self.policy_options.get(name) if section == "policy" else getattr(self, name)
+
     def policy_settings(self) -> PolicySettings:
         opts = dict(self.policy_options)
         kwargs: dict[str, Any] = {k: opts.pop(k) for k in SETTINGS_KEYS if k in opts}
