@@ -48,3 +48,4 @@ def test_the_unit_stops_the_daemon_alone_and_waits_for_its_round():
                   if line.startswith("TimeoutStopSec=")]
     cfg = parse_config({})
     assert timeout >= cfg.grace_seconds + cfg.stop_timeout_seconds + 60
+

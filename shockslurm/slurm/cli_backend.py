@@ -52,16 +52,17 @@ class CliBackend:
         try:
             # a session of its own: a stop signalled to the daemon's whole group (Ctrl-C,
             # `systemctl stop`) must not kill the round's command under way with the daemon
-            proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=limit,
+            proc = subprocess.run(list(argv), capture_output=True, timeout=limit,
                                   env=env, check=False, shell=False, start_new_session=True)
         except FileNotFoundError as exc:
             raise SlurmError(f"Slurm command not found: {argv[0]} (is Slurm installed and on "
                              f"PATH?)", argv=argv) from exc
         except subprocess.TimeoutExpired as exc:
-            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             raise SlurmError(f"{' '.join(argv)} timed out after {limit:g} s", argv=argv,
-                             stderr=err) from exc
-        result = CommandResult(argv, proc.returncode, proc.stdout, proc.stderr,
+                             stderr=_text(exc.stderr)) from exc
+        except OSError as exc:              # not executable, not a program, ...
+            raise SlurmError(f"cannot run {argv[0]}: {exc.strerror or exc}", argv=argv) from exc
+        result = CommandResult(argv, proc.returncode, _text(proc.stdout), _text(proc.stderr),
                                time.monotonic() - start)
         if not result.ok:
             log.info("%s -> rc=%d: %s", " ".join(argv), result.returncode,
@@ -114,3 +115,11 @@ class CliBackend:
                 return fields
         raise SlurmError(f"scontrol show job {job_id}: job not in output", argv=res.argv,
                          stderr=res.stderr)
+
+
+def _text(output: bytes | str | None) -> str:
+    """A command's output as text: bytes that are no UTF-8 (a job name in Latin-1) each
+    replaced by U+FFFD, so that one job's name cannot make the whole read fail."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", errors="replace")
+    return output or ""
