@@ -9,7 +9,9 @@ the host; 24.11 and 26.05 through `bash docker/versions.sh VERSION tests/integra
   the job's tres_per_node, spelled `gres:gpu:N` by 22.05 and `gres/gpu:N` by 23.11+);
 - `scancel --signal` names each job it could not signal on stderr (`SCANCEL_FAILED_RE`);
 - a hold does not stop a running job: a release racing the round's `scontrol hold` leaves the
-  job running outside the plan (`SlurmActions._started_before_hold` looks for it).
+  job running outside the plan (`SlurmActions._started_before_hold` looks for it);
+- `squeue --json` prints a job name that is no UTF-8 as its raw bytes (22.05): the backend reads
+  each bad byte as U+FFFD.
 """
 
 from __future__ import annotations
@@ -162,3 +164,16 @@ def test_the_daemons_hold_is_a_user_hold_and_turns_an_admin_hold_into_one(jobs):
     _scontrol("uhold", str(job_id))
     back = _job(job_id)
     assert back.priority == 0 and back.reason == "JobHeldUser" and not back.admin_held, back
+
+
+def test_squeue_prints_a_job_name_as_its_bytes_and_every_job_is_read(jobs):
+    """A job name that is no UTF-8 (Latin-1 `résumé`) comes out of `squeue --json` as its raw
+    bytes on 22.05: the backend's read ended in a UnicodeDecodeError, for every job, so any
+    user could stop the daemon's rounds with a job name. Now each bad byte reads as U+FFFD."""
+    job_id = _sbatch(jobs, "--hold", "--job-name=r\udce9sum\udce9")   # the bytes r\xe9sum\xe9
+    raw = subprocess.run(["squeue", "--json"], capture_output=True, timeout=30).stdout
+    name = _job(job_id).name                  # the backend's read of every job
+    if b'"r\xe9sum\xe9"' in raw:               # 22.05: the raw bytes
+        assert name == "r\ufffdsum\ufffd"
+    else:                                     # a Slurm that escapes or replaces them
+        assert name.startswith("r") and "sum" in name
