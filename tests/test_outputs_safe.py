@@ -322,6 +322,10 @@ def test_bench_quality_plot_onto_a_directory_is_an_error_naming_it(tmp_path: Pat
       "small.jsonl"], "small.jsonl", "--workload"),
     (["trace", "generate", "--like", "reference", "--throughputs", "t.json", "--out",
       "t.json"], "t.json", "--throughputs"),
+    (["bench", "switch-cost", "--trace", "small.jsonl", "--restart-overhead", "20",
+      "--policy", "fifo", "--json", "small.jsonl"], "small.jsonl", "--trace"),
+    (["bench", "quality", "--seeds", "1", "--sizes", "5/2", "--policies", "fifo",
+      "--throughputs", "t.json", "--json", "t.json"], "t.json", "--throughputs"),
 ])
 def test_an_output_that_is_an_input_is_refused_before_anything_is_written(
         small: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], output: str,

@@ -19,7 +19,7 @@ from ..workload.reference import Throughputs, read_throughputs
 from ..workload.reference_like import catalogue_throughputs
 from .options import (MAX_JOBS, MAX_SEEDS, benchmark_policy_options, json_option, plot_option,
                       policy_list, policy_option_flag, workers_option)
-from .paths import write_output
+from .paths import refuse_inputs_as_outputs, write_output
 
 DEFAULT_SIZES = ",".join(size_label(j, g) for j, g in SIZES)
 
@@ -125,6 +125,7 @@ def quality_cmd(throughputs: Path | None, sizes: str, seeds: int, policies: str,
     """Shockwave against every baseline on reference-like workloads (contended: the 120-job
     trace's load per GPU), the baselines with and without the Gavel gate: median ratios per
     size, re-solve times and placement loss, as Markdown (JSON with --json)."""
+    refuse_inputs_as_outputs({"--json": json_out}, {"--throughputs": throughputs})
     size_list = _sizes(sizes)
     if node_gpus and any(g % node_gpus for _, g in size_list if g > node_gpus):
         raise click.BadParameter(f"every size's GPUs must split into nodes of {node_gpus}",

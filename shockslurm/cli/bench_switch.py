@@ -16,7 +16,7 @@ from ..workload.jsonl import read_jobs
 from .options import (MAX_JOBS, MAX_SEEDS, RESTART_OVERHEAD, SEED, benchmark_policy_options,
                       cluster_nodes_of, jobs_option, jobs_per_hour_option, json_option,
                       policy_list, policy_option_flag)
-from .paths import write_output
+from .paths import refuse_inputs_as_outputs, write_output
 
 MAX_OVERHEADS = 100     # --restart-overhead: each one simulates every workload and policy again
 
@@ -66,6 +66,8 @@ def switch_cost_cmd(traces: tuple[Path, ...], seeds: list[int], jobs: int, jobs_
                     policy_option: tuple[str, ...], json_out: Path | None) -> None:
     """Median makespan, average JCT and worst rho over workloads per policy and restart
     overhead, as a Markdown table (and JSON with --json)."""
+    for trace in traces:
+        refuse_inputs_as_outputs({"--json": json_out}, {"--trace": trace})
     names = policy_list(policies)
     nodes = cluster_nodes_of(shape)
     if not traces and len(seeds) * jobs > MAX_JOBS:    # every workload is held at once
