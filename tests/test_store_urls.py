@@ -208,3 +208,21 @@ def test_a_port_out_of_range_is_refused_not_waited_for(port):
     with pytest.raises(StoreError, match="the port is not in 1..65535") as refused:
         parse_url(f"postgresql://u:s3cret@127.0.0.1:{port}/x")
     assert not isinstance(refused.value, StoreUnavailable) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("args", [["db", "upgrade"], ["report", "--out", "plots"],
+                                  ["db", "prune", "--older-than", "30"]])
+def test_a_version_table_of_two_rows_is_a_damaged_store(tmp_path, monkeypatch, args):
+    """A hand-edited alembic_version of two rows ended every store command in alembic's
+    CommandError traceback; now one Error line names the store."""
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    open_store("s.db", create=True).dispose()
+    with sqlite3.connect("s.db") as conn:
+        conn.execute("INSERT INTO alembic_version VALUES ('0004')")
+    result = CliRunner().invoke(cli, [*args, "--db", "s.db"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: the store ") and "s.db cannot be used: its " \
+        "alembic_version table holds more than one revision" in result.output, result.output
+    assert "Traceback" not in result.output

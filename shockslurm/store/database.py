@@ -33,6 +33,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.engine.url import URL
@@ -239,10 +240,8 @@ def postgresql_timeouts(url: URL, timeout_s: float) -> dict[str, Any]:
 
 def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> Engine:
     """An Engine for a SQLite path/URL or a PostgreSQL URL, with the store's connection settings;
-    a statement waits at most `timeout_s` for a lock (and, on PostgreSQL, runs at most that long).
-
-    Nothing is connected yet; `open_store` and `upgrade` connect and check.
-    """
+    a statement waits at most `timeout_s` for a lock (and, on PostgreSQL, runs at most that
+    long). Nothing is connected yet; `open_store` and `upgrade` connect and check."""
     parsed = parse_url(url)
     try:
         if parsed.get_backend_name() == "sqlite":
@@ -328,6 +327,9 @@ def current_revision(engine: Engine) -> str | None:
     with _connect(engine) as conn:
         try:
             return MigrationContext.configure(conn).get_current_revision()
+        except CommandError:                # alembic_version of two rows (edited by hand)
+            raise StoreError(f"the store {_safe(engine.url)} cannot be used: its alembic_version "
+                             "table holds more than one revision (one row belongs)") from None
         except SQLAlchemyError as exc:
             if is_unavailable(exc):
                 raise StoreUnavailable(f"the store {_safe(engine.url)} cannot be read now: "
@@ -347,7 +349,7 @@ def _check_known(revision: str | None, engine: Engine) -> None:
 
 
 def _is_readonly(exc: BaseException) -> bool:
-    return "readonly" in describe(exc).lower() or "read-only" in describe(exc).lower()
+    return any(word in describe(exc).lower() for word in ("readonly", "read-only"))
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str:
@@ -372,10 +374,8 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
 def open_store(url: str, *, create: bool = False,
                timeout_s: float = DEFAULT_TIMEOUT_S) -> Engine:
     """An Engine on a store at this code's schema; `create` creates or upgrades it first.
-
     Raises `StoreUnavailable` when the store is unreachable, locked or times out, `StoreError`
-    when it is newer than this code, or (without `create`) empty or older.
-    """
+    when it is newer than this code, damaged, or (without `create`) empty or older."""
     if not create:
         _check_exists(parse_url(url))
     engine = make_engine(url, timeout_s=timeout_s)
