@@ -51,6 +51,21 @@ def check_directory(value: object) -> str:
     return value
 
 
+MAX_CLUSTER_CHARS = 64
+
+
+def check_cluster(value: object) -> str:
+    """A cluster name (`[daemon] cluster`, `shocksub --cluster`): a non-empty printable string
+    of at most `MAX_CLUSTER_CHARS` characters, one rule for the daemon, `config check` and
+    shocksub (a spec registered under a name no daemon reads is never found; a NUL cannot be
+    stored). A ValueError says what is wrong otherwise."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a non-empty string")
+    if not value.isprintable() or len(value) > MAX_CLUSTER_CHARS:
+        raise ValueError(f"must be printable, at most {MAX_CLUSTER_CHARS} characters")
+    return value
+
+
 def _read_capped(path: Path) -> bytes:
     """The bytes of `path` if it is a regular file of at most `MAX_CONFIG_BYTES`, else a
     `ConfigError`. Opened without blocking (a FIFO would wait for a writer) and checked on the

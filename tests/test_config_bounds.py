@@ -320,3 +320,17 @@ def test_a_refused_value_is_cut_short_in_the_message(tmp_path: Path) -> None:
     refused = _cli_check(path)
     _refused(refused, "field 'daemon.partitions'", "got <list of length 500>")
     assert len(refused.output) < 600, len(refused.output)
+
+
+@pytest.mark.parametrize("value, said", [
+    ("", "must be a non-empty string"),
+    ("a\u0000b\nc", "must be printable"),
+    ("x" * 65, "at most 64 characters"),
+])
+def test_a_cluster_name_is_printable_and_short(tmp_path: Path, value: str, said: str) -> None:
+    """`config check` took any non-empty cluster name, a NUL (which PostgreSQL cannot store)
+    and a newline (printed across lines) included; shocksub's --cluster even "". Now one rule
+    for both (`siteconfig.check_cluster`)."""
+    path = tmp_path / "s.toml"
+    path.write_text(f"[daemon]\ncluster = {json.dumps(value)}\n")
+    _refused(_cli_check(path), f"{path}, field 'daemon.cluster'", said)

@@ -337,6 +337,10 @@ def test_cli_catalogue_defaults_and_trailing_command() -> None:
     (["--batch-size", "48"], "--batch-size"), (["--template", "single_node", "--nodes", "2"],
                                                "--template"),
     (["--time", "soon"], "--time"),
+    # until 2026-12-02 accepted: a job no cluster could hold, a spec no daemon would find
+    (["--nodes", "99999999999"], "--nodes"), (["--gpus", "8", "--nodes", "12501"], "--nodes"),
+    (["--cluster", ""], "--cluster"), (["--cluster", "a\nb"], "--cluster"),
+    (["--cluster", "x" * 65], "--cluster"),
 ])
 def test_cli_bad_input_exits_2_naming_option(args: list[str], option: str) -> None:
     result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", *args,
@@ -349,7 +353,8 @@ def test_cli_missing_command_and_unknown_model() -> None:
     result = CliRunner().invoke(main, ["--model", "ResNet-18", "--epochs", "1", "--dry-run"])
     assert result.exit_code == 2 and "COMMAND" in result.output
     result = CliRunner().invoke(main, ["--model", "MyNet", "--epochs", "1", "--dry-run", "true"])
-    assert result.exit_code == 2 and "--samples-per-epoch" in result.output
+    assert result.exit_code == 2 and "give --samples-per-epoch" in result.output
+    assert "Invalid value for '--model'" in result.output     # not the option never given
 
 
 # --- the site's report spool reaches the job -------------------------------------------------

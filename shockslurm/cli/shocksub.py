@@ -25,7 +25,8 @@ import click
 
 from ..errors import ConfigError, InputError, ShockslurmError
 from ..model import ADAPTATION_MODES
-from ..siteconfig import DEFAULT_CLUSTER, report_spool
+from ..limits import shown
+from ..siteconfig import DEFAULT_CLUSTER, check_cluster, report_spool
 from ..slurm.cli_backend import CliBackend
 from ..slurm.job_script import load_template, new_report_secret, render_script
 from ..slurm.submit import (TEMPLATES, JobRequest, check_fits, require_utf8, sbatch_argv,
@@ -41,6 +42,17 @@ def _option_of(field: str | None) -> str:
     if field in (None, "command"):
         return "COMMAND"
     return "--" + field.replace("_", "-")
+
+
+def _cluster_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`--cluster` by the rule of the daemon's `[daemon] cluster` (`siteconfig.check_cluster`)."""
+    try:
+        require_utf8("cluster", value)
+        return check_cluster(value)
+    except InputError as exc:
+        raise click.BadParameter(exc.message) from None
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}, got {shown(value)}") from None
 
 
 def _ladder(value: str | None) -> tuple[int, ...] | None:
@@ -63,12 +75,12 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
         if info is None:
             raise InputError(f"model {model!r} is not in the catalogue "
                              f"({', '.join(sorted(CATALOGUE))}); give --samples-per-epoch",
-                             field="samples_per_epoch")
+                             field="model")
         samples_per_epoch = info.samples_per_epoch
     if batch_sizes is None:
         if info is None:
             raise InputError(f"model {model!r} is not in the catalogue; give --batch-sizes",
-                             field="batch_sizes")
+                             field="model")
         batch_sizes = info.ladder
     if batch_size is None:
         batch_size = batch_sizes[0] if batch_sizes else 0
@@ -128,7 +140,7 @@ def build_request(*, model: str, command: tuple[str, ...], script: str | None,
 @click.option("--db", "db_url", default=None,
               help="Store URL (SQLite path or postgresql+psycopg://...): also register the job "
                    "spec there (the store is opened before anything is submitted).")
-@click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True,
+@click.option("--cluster", default=DEFAULT_CLUSTER, show_default=True, callback=_cluster_name,
               help="Cluster name the spec is registered under (the daemon's [daemon] cluster).")
 @click.option("--script", "script", type=click.Path(dir_okay=False),
               help="Python training script, relative to the submit directory (the job runs "

@@ -28,7 +28,7 @@ from ..limits import SETTING_CHARS, finite, is_real, shown
 from ..churn_rules import ChurnLimits
 from ..live.acting import GRACE_SECONDS, PARTITIONS, STOP_TIMEOUT_S
 from ..policies import REGISTRY, PolicySettings
-from ..siteconfig import DEFAULT_CLUSTER, check_directory
+from ..siteconfig import DEFAULT_CLUSTER, check_cluster, check_directory
 
 DB_ENV = "SHOCKSLURM_DB"
 ENV_PREFIX = "SHOCKSLURM_DAEMON_"
@@ -112,6 +112,14 @@ def _directory(value: Any, key: Key) -> str:
         raise _Bad(str(exc)) from None
 
 
+def _cluster(value: Any, key: Key) -> str:
+    """`siteconfig.check_cluster`'s rule, the one shocksub applies too."""
+    try:
+        return check_cluster(value)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+
+
 def _choice(value: Any, key: Key) -> str:
     if not isinstance(value, str) or value not in key.choices:
         raise _Bad(f"must be one of {', '.join(key.choices)}")
@@ -170,6 +178,7 @@ KINDS: dict[str, Kind] = {
     "count": Kind(_count, "integer >= 0"),
     "port": Kind(_port, "integer 0-65535"),
     "string": Kind(_string, "string", text=True),
+    "cluster": Kind(_cluster, "printable string", text=True),
     "path": Kind(_path, "string (\"\" = none)", text=True),
     "directory": Kind(_directory, "absolute path (\"\" = none)", text=True),
     "choice": Kind(_choice, "", text=True),
@@ -286,7 +295,7 @@ class DaemonConfig:
         "Slurm access: `cli` (squeue/sinfo --json, scontrol), `pyslurm`, or `auto` (pyslurm "
         "only when it matches the running Slurm).", choices=BACKENDS)
     cluster: str = setting(
-        "string", DEFAULT_CLUSTER, "The cluster name `shocksub --cluster` registers job specs under.")
+        "cluster", DEFAULT_CLUSTER, "The cluster name `shocksub --cluster` registers job specs under.")
     spool_dir: str = setting(
         "directory", "",
         "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from .. import limits
 from ..errors import InputError, ShockslurmError, is_utf8, raw_text
-from ..model import ADAPTATION_MODES
+from ..model import ADAPTATION_MODES, MAX_CLUSTER_GPUS
 from .constraints import limiting_nodelist, node_rules
 from .gres import host_set
 from .types import SlurmNode
@@ -114,7 +114,9 @@ class JobRequest:
         _name("job_name", self.job_name)
         _name("model", self.model)
         _int_range("gpus", self.gpus, 1, MAX_GPUS_PER_NODE)
-        _int_range("nodes", self.nodes, 1, None)
+        # nodes x GPUs per node within the largest cluster the model takes (a bigger job
+        # would never be planned)
+        _int_range("nodes", self.nodes, 1, MAX_CLUSTER_GPUS // self.gpus)
         # the daemon's bounds (shockslurm.limits): a job beyond them would stay held
         _int_range("epochs", self.epochs, 1, limits.MAX_EPOCHS)
         _int_range("samples_per_epoch", self.samples_per_epoch, 1, limits.MAX_SAMPLES_PER_EPOCH)
