@@ -77,3 +77,31 @@ def test_no_solver_banner_on_stdout(tmp_path):
     shockslurm("trace", "generate", "--jobs", "8", "--out", "w.jsonl")
     stdout = shockslurm("simulate", "--policy", "shockwave", "--gpus", "4", "--trace", "w.jsonl")
     assert "shockwave" in stdout and "HiGHS" not in stdout, stdout[:400]
+
+
+def test_a_workload_named_gz_is_written_compressed_and_read_back(tmp_path, reference_data):
+    """`trace generate --out X.jsonl.gz` wrote plain text under the .gz name (then refused as
+    "Not a gzipped file"), the TSV likewise, and `simulate --trace real.jsonl.gz` took a
+    compressed JSONL for a reference trace ("needs --throughputs"). Now a workload file named
+    .gz is gzip, written and read, JSONL or TSV by the name before the .gz."""
+    import gzip
+
+    runner = CliRunner()
+    tacc = str(reference_data / "throughputs-tacc.json")
+    jsonl, tsv = tmp_path / "w.JSONL.gz", tmp_path / "r.tsv.gz"
+    for args in (["--jobs", "5", "--out", str(jsonl)],
+                 ["--like", "reference", "--jobs", "5", "--throughputs", tacc, "--out", str(tsv)]):
+        result = runner.invoke(cli, ["trace", "generate", *args])
+        assert result.exit_code == 0, result.output
+    assert len(gzip.decompress(jsonl.read_bytes()).decode().splitlines()) == 5
+    assert len(gzip.decompress(tsv.read_bytes()).decode().splitlines()) == 5
+    plain = tmp_path / "w.jsonl"
+    plain.write_bytes(gzip.decompress(jsonl.read_bytes()))
+    outputs = []
+    for args in (["--trace", str(jsonl)], ["--trace", str(plain)],
+                 ["--trace", str(tsv), "--throughputs", tacc]):
+        result = runner.invoke(cli, ["simulate", *args, "--gpus", "4", "--policy", "fifo",
+                                     "--json", str(tmp_path / "out.json")])
+        assert result.exit_code == 0, result.output
+        outputs.append(json.loads((tmp_path / "out.json").read_text())["makespan_s"])
+    assert outputs[0] == outputs[1]

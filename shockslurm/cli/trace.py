@@ -19,8 +19,10 @@ from .paths import OutputFile, refuse_inputs_as_outputs
 
 
 def is_jsonl(trace: Path) -> bool:
-    """Whether a workload file is in our JSON Lines format (else a reference TSV trace)."""
-    return trace.suffix.lower() in (".jsonl", ".json")
+    """Whether a workload file is in our JSON Lines format (else a reference TSV trace), by its
+    name less a `.gz` (a compressed file of either)."""
+    name = trace.name.lower().removesuffix(".gz")
+    return Path(name).suffix in (".jsonl", ".json")
 
 
 @click.group("trace")

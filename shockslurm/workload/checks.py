@@ -18,12 +18,24 @@ from ..limits import (MAX_EPOCH_SECONDS, MAX_EXCLUSIVE_S, MAX_WORKLOAD_BYTES, MI
                       shown)
 
 
+def is_compressed(path: str | Path) -> bool:
+    """Whether a workload file is gzip-compressed: its name ends in `.gz` (in any case), for
+    the readers and the writers alike."""
+    return str(path).lower().endswith(".gz")
+
+
+def stored(path: str | Path, data: bytes) -> bytes:
+    """`data` as a workload file named `path` holds it: gzip-compressed when `is_compressed`
+    (with no time stamp: the same workload gives the same file)."""
+    return gzip.compress(data, mtime=0) if is_compressed(path) else data
+
+
 def read_text(path: str | Path, what: str) -> str:
     """The text of a workload file (gzip-compressed when its name ends in `.gz`, in any case),
     at most `MAX_WORKLOAD_BYTES` once decompressed, as UTF-8; line ends read as Python's text
     mode reads them ("\\r\\n" and "\\r" as "\\n"). `what` names the file in errors."""
     source = str(path)
-    compressed = source.lower().endswith(".gz")
+    compressed = is_compressed(source)
     try:
         with (gzip.open(path, "rb") if compressed else open(path, "rb")) as fh:
             data = fh.read(MAX_WORKLOAD_BYTES + 1)

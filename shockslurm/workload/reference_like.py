@@ -48,6 +48,7 @@ import numpy as np
 
 from ..atomic import write_file
 from .catalogue import CATALOGUE
+from .checks import stored
 from .reference import FIELDS, TraceLine, Throughputs
 
 # (model, initial batch sizes, distributed) of the reference's job table.
@@ -168,4 +169,5 @@ def write_reference_trace(drawn: list[DrawnJob], path: str | Path) -> None:
                "SLO": "-1.000000", "duration": str(job.duration_s),
                "arrival_time": str(int(tl.arrival_s))}
         lines.append("\t".join(row[f] for f in FIELDS) + "\n")
-    write_file(path if isinstance(path, Path) else Path(path), "".join(lines).encode("utf-8"))
+    write_file(path if isinstance(path, Path) else Path(path),
+               stored(path, "".join(lines).encode("utf-8")))
