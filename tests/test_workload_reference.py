@@ -104,3 +104,13 @@ def test_absurd_step_count_is_refused_before_building_epochs(tmp_path) -> None:
     with pytest.raises(InputError) as err:
         load_reference_workload(*_write(tmp_path, line + "\n"))
     assert err.value.field == "total_steps" and err.value.line == 1
+
+
+@pytest.mark.parametrize("index, value, said", [(5, "abc", "expected an integer, got 'abc'"),
+                                                (8, "high", "expected a number, got 'high'")])
+def test_a_field_that_is_no_number_says_which_kind(index: int, value: str, said: str) -> None:
+    """It said "expected a int" (and "a float"), Python's type names."""
+    parts = GOOD.split("\t")
+    parts[index] = value
+    with pytest.raises(InputError, match=said):
+        parse_trace_line("\t".join(parts), source="t.tsv", line=7)

@@ -68,8 +68,8 @@ def _number(text: str, kind: type, *, source: str, line: int, field: str, minimu
     try:
         value = kind(text)
     except (ValueError, OverflowError):      # also an int of over 4300 digits
-        raise InputError(f"expected a {kind.__name__}, got {shown(text)}", source=source,
-                         line=line, field=field) from None
+        raise InputError(f"expected {'an integer' if kind is int else 'a number'}, got "
+                         f"{shown(text)}", source=source, line=line, field=field) from None
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"expected a finite number, got {shown(text)}", source=source,
                          line=line, field=field)
