@@ -119,7 +119,8 @@ def test_bad_throughput_entries_name_file_and_key(tmp_path, throughputs, key, sa
      "unreadable JSON"),                                      # was a ValueError (4300 digits)
     ("{not json", "invalid JSON"),
     ("", "invalid JSON"),
-    ("[1, 2]", "no GPU type 'v100'"),
+    ("[1, 2]", "expected a JSON object of GPU types, got a list"),   # was "no GPU type"
+    ('{"a100": {}}', "no GPU type 'v100'"),
 ])
 def test_unreadable_throughput_files_name_the_file(tmp_path, text, says) -> None:
     trace, tp = _reference_files(tmp_path, text)

@@ -142,7 +142,10 @@ def read_throughputs(path: str | Path, gpu_type: str = "v100") -> Throughputs:
     left out) or within `MIN_ITERATIONS_PER_S` .. `MAX_ITERATIONS_PER_S`."""
     source = str(path)
     data = _load_json(path)
-    if not isinstance(data, dict) or gpu_type not in data:
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object of GPU types, got a {type(data).__name__}",
+                         source=source)
+    if gpu_type not in data:
         raise InputError(f"no GPU type '{gpu_type}' in the throughput file", source=source)
     entries = data[gpu_type]
     if not isinstance(entries, dict):
