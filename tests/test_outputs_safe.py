@@ -136,6 +136,9 @@ def test_report_replaces_charts_whole(store: Path) -> None:
     ("UPDATE plan_entries SET job_pk=99999 WHERE id=(SELECT min(id) FROM plan_entries)",
      "plan_entries row 1 (round row 1) names job_pk 99999, which is no job of this run"),
     ("UPDATE jobs SET gang_size='x' WHERE run_id=1", "gang_size is 'x'"),
+    # until 2026-12-02 drawn: a plan of 99,999,999,999 GPUs
+    ("UPDATE plan_entries SET gpus=99999999999 WHERE id=(SELECT min(id) FROM plan_entries)",
+     "plan_entries row 1 gpus is 99999999999, not a whole number in 0..100,000"),
     ("UPDATE job_events SET time_s='x' WHERE job_pk IN (SELECT id FROM jobs WHERE run_id=1)",
      "time_s is 'x', not a number"),
 ])

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import ShockslurmError
 from ..limits import finite, is_real
-from ..model import JobSpec
+from ..model import MAX_CLUSTER_GPUS, JobSpec
 from ..policies import PolicySettings
 from ..sim.run import SimResult
 from ..store.models import Job, JobEvent, PlanEntry, Round, Run
@@ -155,8 +155,10 @@ def _number(value: object, where: str) -> float:
     return number
 
 
-def _count(value: object, where: str, *, minimum: int = 1) -> int:
-    """A whole number >= `minimum` read from the store (a run's configuration may hold "4")."""
+def _count(value: object, where: str, *, minimum: int = 1,
+           maximum: int | None = MAX_CLUSTER_GPUS) -> int:
+    """A whole number in `minimum`..`maximum` read from the store (a run's configuration may
+    hold "4"); a count of GPUs by default, at most the largest cluster the model takes."""
     if isinstance(value, str):
         try:
             value = int(value.strip())
@@ -164,8 +166,10 @@ def _count(value: object, where: str, *, minimum: int = 1) -> int:
             pass
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _Bad(f"{where} is {_short(value)}, not a whole number >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+            maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum:,}"
+        raise _Bad(f"{where} is {_short(value)}, not a whole number {bound}")
     return value
 
 
@@ -189,7 +193,8 @@ def _read_run(session: Session, run_id: int, policy: str, cfg: Mapping[str, obje
              else max(used, default=0) or 1)          # live runs: peak GPUs in use
     util: list[UtilStep] = [(t, u, total) for (t, _), u in zip(rounds, used)]
     declared = _setting(cfg, "jobs")
-    trace_jobs = _count(declared, "runs.config jobs") if declared is not None else len(jobs) or 1
+    trace_jobs = (_count(declared, "runs.config jobs", maximum=None) if declared is not None
+                  else len(jobs) or 1)
     submit = {label_of[pk]: s for pk, (_, _, s) in jobs.items()}
     rho = [static_rho(completion[k] - submit[k], exclusive[k], trace_jobs, total)
            for k in sorted(completion) if exclusive.get(k, 0) > 0]
