@@ -142,3 +142,32 @@ def test_the_run_record_holds_every_daemon_key_and_masks_secrets() -> None:
     assert set(record) == {k.name for k in DAEMON_KEYS} | {"backend", "policy_options"}
     assert record["round_seconds"] == 30 and record["backend"] == "cli"
     assert "hunter2" not in json.dumps(record)          # stored as JSON, password masked
+
+
+def test_a_reload_reaches_the_run_row(tmp_path: Path) -> None:
+    """The run row's configuration was the one the daemon started with for ever: after a
+    reload to 20 s rounds, run listings and `report` still read 10 s. Now the next round's
+    transaction writes what a reload applied (host and pid kept)."""
+    from sqlalchemy.orm import Session
+
+    from shockslurm.store import open_store
+    from shockslurm.store.models import Run
+
+    engine = open_store(str(tmp_path / "s.db"), create=True)
+    path = _write(tmp_path / "d.toml", 'round_seconds = 10\npolicy = "fifo"')
+    runner = DaemonRunner(daemon(engine, Backend([]), round_seconds=10),
+                          load=lambda: load_config(path))
+    runner.run(max_rounds=1)
+    _write(path, 'round_seconds = 20\npolicy = "fifo"\n[policy]\nmin_resolve_interval_s = 0')
+    assert runner.reload()
+    runner.run(max_rounds=1)
+
+    def stored() -> dict[str, Any]:
+        with Session(engine) as s:
+            (run,) = s.query(Run).all()
+            return dict(run.config)
+    config = stored()
+    assert config["round_seconds"] == 20 and config["policy_options"] == {
+        "min_resolve_interval_s": 0}
+    assert config["pid"] > 0 and config["host"] and config["backend"]
+    engine.dispose()

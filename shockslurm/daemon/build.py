@@ -67,6 +67,8 @@ class Daemon:
             self.loop.policy = make_policy(cfg.policy, cfg.policy_settings())
             if self.journal is not None:
                 self.journal.policy = cfg.policy
+        if self.journal is not None:        # the run row says what the rounds now run with
+            self.journal.reconfigure(run_config(cfg, str(self.journal.config["backend"])))
         self.loop.round_s = cfg.round_seconds
         cluster = self.cluster
         cluster.round_s = cfg.round_seconds

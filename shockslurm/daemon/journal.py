@@ -76,6 +76,13 @@ class StoreJournal:
         self._job_pk: dict[tuple[int, float], int] = {}
         self._jobs: Mapping[int, LiveJob] = {}
         self._round_id: int | None = None
+        self._config_changed = False        # since the run row was written
+
+    def reconfigure(self, config: Mapping[str, Any]) -> None:
+        """The configuration a reload applied: the run row takes it with the next round."""
+        new = {**dict(config), "host": self.config["host"], "pid": self.config["pid"]}
+        self._config_changed = self._config_changed or new != self.config
+        self.config = new
 
     def _ensure_run(self) -> None:
         """Write this daemon's run row, once (outside any other transaction of ours)."""
@@ -124,6 +131,8 @@ class StoreJournal:
         self._ensure_run()
         with Session(self.engine) as s, s.begin():
             run = s.get_one(self.repo.Run, self.run_id)
+            if self._config_changed:
+                run.config = dict(self.config)
             entries = {}
             for job_id in sorted(plan.run):
                 pk = self._pk(s, job_id)
@@ -139,6 +148,7 @@ class StoreJournal:
                 idle_gpu_s=idle if isinstance(idle, Mapping) else None)
             s.flush()
             self._round_id = rnd.id
+        self._config_changed = False        # committed
 
     @_store("record an intent")
     def intent(self, step: en.Step) -> object:
