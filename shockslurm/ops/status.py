@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import Engine, Text, select, type_coerce
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..errors import printable
@@ -160,11 +160,10 @@ def _registrations(s: Session, cluster: str, submit: Mapping[int, float],
                    out: dict[int, StoreJob]) -> dict[int, int]:
     """The store's jobs of these Slurm jobs (an older job with a reused id is not one), each
     job's spec and last report from its registration into `out`; returns job pk -> Slurm id."""
-    # the ladder as stored text: a value that is no JSON (a hand edit) is a bad spec of that
-    # job (flagged, defaults used), not a JSONDecodeError of the whole table
+    # a ladder that is no JSON (a hand edit) reads back as its text (`models.StoredJSON`): a
+    # bad spec of that job (flagged, defaults used), not a JSONDecodeError of the whole table
     rows = s.execute(select(Job.id, Job.job_id, Job.submit_s, Job.model, Job.epochs,
-                            Job.samples_per_epoch, type_coerce(Job.batch_sizes, Text)
-                            .label("batch_sizes"), Run.kind)
+                            Job.samples_per_epoch, Job.batch_sizes, Run.kind)
                      .join(Run, Job.run_id == Run.id)
                      .where(Run.cluster == cluster, Job.job_id.in_(list(submit)))).all()
     owner: dict[int, int] = {}            # job pk -> Slurm job id
@@ -183,7 +182,7 @@ def _registrations(s: Session, cluster: str, submit: Mapping[int, float],
     for job_id, job in registration.items():
         out[job_id].spec = {"model": job.model, "epochs": job.epochs,
                             "samples_per_epoch": job.samples_per_epoch,
-                            "batch_sizes": _stored_json(job.batch_sizes)}   # job_spec checks
+                            "batch_sizes": job.batch_sizes}   # job_spec checks
     # reports resolve to the registration (`train.records.resolve_job_pk`)
     reports = read_reports(s, [job.id for job in registration.values()])
     for job_id, job in registration.items():
@@ -240,17 +239,6 @@ def _shown_argv(argv: Any) -> str:
     """An intent's stored argv as one line: a list's items joined, anything else (a
     hand-edited row) as its text."""
     return " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
-
-
-def _stored_json(raw: Any) -> Any:
-    """A JSON column read as text (SQLite hands back its text; PostgreSQL's driver may parse
-    it): its value, or the text itself when it is no JSON."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
 
 
 def _json(text: str | None) -> dict[str, Any]:
