@@ -8,6 +8,7 @@ from typing import Mapping
 import click
 
 from ..errors import ShockslurmError
+from ..workload.checks import is_compressed
 from ..workload.generator import GeneratorConfig, generate
 from ..workload.jsonl import write_jobs
 from ..sim.reference_profiles import load_reference_trace, with_reference_profiles
@@ -21,8 +22,8 @@ from .paths import OutputFile, refuse_inputs_as_outputs
 def is_jsonl(trace: Path) -> bool:
     """Whether a workload file is in our JSON Lines format (else a reference TSV trace), by its
     name less a `.gz` (a compressed file of either)."""
-    name = trace.name.lower().removesuffix(".gz")
-    return Path(name).suffix in (".jsonl", ".json")
+    name = trace.stem if is_compressed(trace) else trace.name
+    return Path(name).suffix.lower() in (".jsonl", ".json")
 
 
 @click.group("trace")

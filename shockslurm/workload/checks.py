@@ -11,8 +11,9 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import IO, Iterable, Mapping, cast
 
+from ..atomic import Payload
 from ..errors import InputError
 from ..limits import (MAX_EPOCH_SECONDS, MAX_EXCLUSIVE_S, MAX_WORKLOAD_BYTES, MIN_EPOCH_SECONDS,
                       shown)
@@ -24,10 +25,20 @@ def is_compressed(path: str | Path) -> bool:
     return str(path).lower().endswith(".gz")
 
 
-def stored(path: str | Path, data: bytes) -> bytes:
-    """`data` as a workload file named `path` holds it: gzip-compressed when `is_compressed`
-    (with no time stamp: the same workload gives the same file)."""
-    return gzip.compress(data, mtime=0) if is_compressed(path) else data
+def stored(path: str | Path, data: Payload) -> Payload:
+    """`data` (the bytes, or a function writing them: `atomic.Payload`) as a workload file
+    named `path` holds it: gzip-compressed when `is_compressed` (with no time stamp: the same
+    workload gives the same file)."""
+    if not is_compressed(path):
+        return data
+    if isinstance(data, bytes):
+        return gzip.compress(data, mtime=0)
+    write = data
+
+    def compressed(fh: IO[bytes]) -> None:
+        with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
+            write(cast(IO[bytes], gz))
+    return compressed
 
 
 def read_text(path: str | Path, what: str) -> str:

@@ -32,7 +32,6 @@ reference's `total_steps` makes its epoch count.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -46,8 +45,8 @@ from ..limits import (MAX_ARRIVAL_S, MAX_BATCH_SIZE, MAX_GPUS, MAX_ITERATIONS,
                       MAX_SAMPLES_PER_EPOCH, MIN_ITERATIONS_PER_S, MIN_PRIORITY, shown)
 from ..model import ADAPTATION_MODES, MAX_EPOCHS, JobSpec
 from .catalogue import CATALOGUE
-from .checks import (check_epoch_seconds, check_exclusive, epoch_seconds, is_compressed, place,
-                     read_text)
+from .checks import (check_epoch_seconds, check_exclusive, epoch_seconds, place, read_text,
+                     stored)
 
 REQUIRED = ("model", "gpus", "arrival_s", "epochs", "schedule")
 KNOWN = set(REQUIRED) | {"id", "mode", "dataset", "samples_per_epoch", "throughput", "iterations",
@@ -248,13 +247,8 @@ def write_jobs(jobs: Iterable[JobSpec], path: str | Path) -> None:
 
     from ..atomic import write_file
 
-    def lines(fh: IO[bytes] | gzip.GzipFile) -> None:
+    def lines(fh: IO[bytes]) -> None:
         for job in jobs:
             fh.write((json.dumps(job_to_row(job)) + "\n").encode("utf-8"))
 
-    def compressed(fh: IO[bytes]) -> None:
-        with gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
-            lines(gz)
-
-    write_file(path if isinstance(path, Path) else Path(path),
-               compressed if is_compressed(path) else lines)
+    write_file(path if isinstance(path, Path) else Path(path), stored(path, lines))
