@@ -245,17 +245,14 @@ def upgrade_after_the_leader(url: str, leader: LeaderLock, timeout_s: float) -> 
     is wrong with the store is left to `open_store` to say."""
     try:
         holder = leader.holder()
-    except ShockslurmError:                 # the store's fault: open_store names it
-        return
-    if holder is None:
-        return
-    try:
+        if holder is None:
+            return
         engine = make_engine(url, timeout_s=timeout_s)
         try:
             revision = current_revision(engine)
         finally:
             engine.dispose()
-    except Exception:                       # noqa: BLE001 - open_store names the fault
+    except ShockslurmError:                 # the store's fault: open_store names it
         return
     if revision is None or revision == head_revision():
         return

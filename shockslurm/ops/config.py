@@ -217,7 +217,8 @@ def parse_policy_assignments(items: Sequence[str], source: str) -> dict[str, Any
         name, sep, raw = item.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise ConfigError(f"expected KEY=VALUE, got {shown(item, SETTING_CHARS)}", source=source)
+            raise ConfigError(f"expected KEY=VALUE, got {shown(item, SETTING_CHARS)}",
+                              source=source)
         out[name] = _toml_or_text(raw.strip())
     return out
 

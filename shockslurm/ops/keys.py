@@ -295,7 +295,8 @@ class DaemonConfig:
         "Slurm access: `cli` (squeue/sinfo --json, scontrol), `pyslurm`, or `auto` (pyslurm "
         "only when it matches the running Slurm).", choices=BACKENDS)
     cluster: str = setting(
-        "cluster", DEFAULT_CLUSTER, "The cluster name `shocksub --cluster` registers job specs under.")
+        "cluster", DEFAULT_CLUSTER,
+        "The cluster name `shocksub --cluster` registers job specs under.")
     spool_dir: str = setting(
         "directory", "",
         "Training reports spooled by jobs, ingested each round (\"\" = none). An absolute path "

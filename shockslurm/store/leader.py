@@ -7,14 +7,15 @@ enact. The lock lives with the store, so whoever can reach the store can see who
   cluster name, held on a dedicated connection (autocommit, never returned to a pool). The
   server releases it when that session ends, so a leader killed with SIGKILL, or whose
   connection drops, frees it at once; one whose host vanished (power, network) within
-  seconds, as the session keeps TCP keepalives on the server's side too. Who holds it is read from `pg_locks` joined with
-  `pg_stat_activity`: the holder sets its `application_name` to `shockslurm leader pid=..
-  since=.. host=..`.
+  seconds, as the session keeps TCP keepalives on the server's side too. Who holds it is
+  read from `pg_locks` joined with `pg_stat_activity`: the holder sets its `application_name`
+  to `shockslurm leader pid=.. since=.. host=..`.
 - SQLite: an exclusive `flock` on the file `<db>.leader` (`lock_file`: one per cluster) beside
-  the store, opened without following symlinks. The kernel releases it when the process dies. The holder writes
-  `{"host", "pid", "since"}` into the file; a reader trusts it only while the file is locked
-  (a shared `flock` probe that fails). A lock file that was replaced or deleted under the
-  holder counts as lost (its inode no longer matches), so two holders cannot coexist.
+  the store, opened without following symlinks. The kernel releases it when the process
+  dies. The holder writes `{"host", "pid", "since"}` into the file; a reader trusts it only
+  while the file is locked (a shared `flock` probe that fails). A lock file that was replaced
+  or deleted under the holder counts as lost (its inode no longer matches), so two holders
+  cannot coexist.
 
 `LeaderLock.acquire` tries once without waiting; `still_held` is the cheap check made before
 every action; `holder` reads who leads (for `shockslurm status`), None when nobody does.

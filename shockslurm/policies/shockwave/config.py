@@ -202,5 +202,6 @@ def _typed(name: str, value: Any, default: Any) -> Any:
     if isinstance(default, tuple):
         if isinstance(value, (list, tuple)) and all(finite(v) is not None for v in value):
             return tuple(float(v) for v in value)
-        raise ValueError(f"{name} must be a list of finite numbers, got {shown(value, SETTING_CHARS)}")
+        raise ValueError(f"{name} must be a list of finite numbers, got "
+                         f"{shown(value, SETTING_CHARS)}")
     raise AssertionError(name)  # pragma: no cover - a field of another type
