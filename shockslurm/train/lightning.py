@@ -305,15 +305,14 @@ class ShockwaveCallback(pl.Callback):
         if step == self._last_save_step:
             self._save_due = False           # this step's checkpoint is written already
             return None
-        began = time.perf_counter()
-        state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
-        path, ok = self.saves.save(state, step)
-        trainer.strategy.barrier("shockslurm-checkpoint")
-        self._last_save_step, self._last_save_time = step, time.monotonic()
-        self._save_due = False
-        if self.ckpt.is_writer:
-            self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, ok)
-        self._window.exclude(time.perf_counter() - began)
+        with self._window.excluding():
+            state = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+            path, ok = self.saves.save(state, step)
+            trainer.strategy.barrier("shockslurm-checkpoint")
+            self._last_save_step, self._last_save_time = step, time.monotonic()
+            self._save_due = False
+            if self.ckpt.is_writer:
+                self.reporter.checkpoint(str(path or self.ckpt.path_for(step)), step, ok)
         return path
 
     # ------------------------------------------------------------------ the end

@@ -220,17 +220,16 @@ class ShockTrainer(EpochLoops):
         minutes): a write that may take longer needs a longer timeout. Any other error of the
         writer's (a value in `extras` that cannot be pickled) is raised there and as
         `collective.RankFailed` on every other rank at once."""
-        began = time.perf_counter()
-        if self.sharded is not None:
-            path, ok = self._save_sharded()
-        else:
-            path, ok = self.saves.save(self.state(), self.global_step)
-        self._last_save_step = self.global_step
-        self._last_save_time = time.monotonic()
-        if self.ckpt.is_writer:
-            where = path or (self.sharded or self.ckpt).path_for(self.global_step)
-            self.reporter.checkpoint(str(where), self.global_step, ok)
-        self._window.exclude(time.perf_counter() - began)
+        with self._window.excluding():
+            if self.sharded is not None:
+                path, ok = self._save_sharded()
+            else:
+                path, ok = self.saves.save(self.state(), self.global_step)
+            self._last_save_step = self.global_step
+            self._last_save_time = time.monotonic()
+            if self.ckpt.is_writer:
+                where = path or (self.sharded or self.ckpt).path_for(self.global_step)
+                self.reporter.checkpoint(str(where), self.global_step, ok)
         return path
 
     def _loop_state(self) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """`ThroughputWindow`: the samples/s a training loop reports, measured over its training time.
 
 The scheduler takes a job's reported rate as its speed at that batch size, so time that is not
-training is left out of the window: a checkpoint being written (`exclude`, seconds measured
-around the write) and the loop's own code between epochs (`idle`, at the next epoch's start:
+training is left out of the window: a checkpoint being written (`excluding`, the time of the
+write on the window's own clock) and the loop's own code between epochs (`idle`, at the next epoch's start:
 evaluation, LR schedulers). The window runs on over epochs otherwise, so epochs shorter than the
 report interval are reported too; a new batch size starts a new window (`reset`), so a rate is
 never of two batch sizes. A plain loop's window (`ShockTrainer` without `epochs()` or
@@ -13,7 +13,8 @@ data set up, a checkpoint loaded, the first step's warm-up) is no training time.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 class ThroughputWindow:
@@ -56,6 +57,15 @@ class ThroughputWindow:
         seconds = max(0.0, seconds)
         self.start += seconds
         self.last += seconds
+
+    @contextmanager
+    def excluding(self) -> Iterator[None]:
+        """Leave out the time the `with` body takes (a checkpoint's write), on `clock`."""
+        began = self.clock()
+        try:
+            yield
+        finally:
+            self.exclude(self.clock() - began)
 
     def idle(self) -> None:
         """Leave out the time since the last step (or the window's start, less what was
