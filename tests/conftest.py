@@ -6,8 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from shockslurm.model import JobSpec, JobView
+
+# No property test is timed: Hypothesis's default 200 ms per example fails on a loaded machine.
+settings.register_profile("shockslurm", deadline=None)
+settings.load_profile("shockslurm")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHOCKSLURM_SHARED_DATA",

@@ -25,15 +25,20 @@ import signal, sys
 from shockslurm.slurm.cli_backend import CliBackend
 stopped = []
 signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
-res = CliBackend().run(["sh", "-c", "sleep 1.5; echo done"])
+res = CliBackend().run(["sh", "-c", 'touch "$0"; sleep 1.5; echo done', sys.argv[1]])
 print(res.returncode, res.stdout.strip(), "stop queued" if stopped else "no stop")
 """
 
 
-def test_a_signal_to_the_daemons_process_group_does_not_kill_its_slurm_command():
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    time.sleep(0.7)                          # the command is under way
+def test_a_signal_to_the_daemons_process_group_does_not_kill_its_slurm_command(
+        tmp_path: Path):
+    started = tmp_path / "started"           # the command touches it when under way
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(started)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the command never began"
+        time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGTERM)      # what systemd's control-group stop does
     out, _ = proc.communicate(timeout=30)
     assert out.split() == ["0", "done", "stop", "queued"], out

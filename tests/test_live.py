@@ -189,11 +189,13 @@ class FakeClock:
 
     def __init__(self) -> None:
         self.t = 0.0
+        self.slept: list[float] = []
 
     def monotonic(self) -> float:
         return self.t
 
     def sleep(self, s: float) -> None:
+        self.slept.append(s)
         self.t += s
 
 

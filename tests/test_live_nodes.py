@@ -19,7 +19,7 @@ from shockslurm.slurm.gres import expand_hostlist, gpus_per_allocated_node
 from shockslurm.slurm.types import JobState, SlurmNode
 
 from .test_enact import job
-from .test_live import FakeBackend, starts_at_hold
+from .test_live import FakeBackend, FakeClock, starts_at_hold
 
 NODES = [f"gpu0{i}" for i in range(1, 5)]
 NO_CHURN = ChurnLimits(0, 0, 0, 0)
@@ -185,24 +185,27 @@ def test_a_job_stopped_this_second_is_released_on_its_node_only_in_the_next():
     """Slurm refuses the credential of a job started again on a node within the second it left
     it (`live/credentials.py`): the fragmented move above goes to another node and waits for
     nothing; a job stopped and planned again 0.4 s later on its node waits for the next
-    second before its release."""
-    sleeps: list[float] = []
+    second before its release. Time moves only when the cluster sleeps, so the wait is exact
+    on a loaded machine too."""
+    clock = FakeClock()
     b = NodesBackend(_fragmented())
-    c = SlurmCluster(b, grace_seconds=0, sleep=sleeps.append, churn=NO_CHURN)
+    c = SlurmCluster(b, grace_seconds=0, sleep=clock.sleep, monotonic=clock.monotonic,
+                     churn=NO_CHURN)
     snap = c.observe(1000.0)
     c.enact(place_plan(RoundPlan(frozenset({1, 10, 11, 12, 13})), snap), snap)
-    assert b.log[-1][:2] == ("scontrol", "release") and sleeps == []
+    assert b.log[-1][:2] == ("scontrol", "release") and clock.slept == []
 
     one_node = [SlurmNode("gpu01", "mixed", 8, 0, ("gpu",))]
     b = NodesBackend([on(10, "gpu01", "gpu:8(IDX:0-7)", gpus=8), job(11, gpus=8)], one_node)
-    c = SlurmCluster(b, grace_seconds=0, sleep=sleeps.append, churn=NO_CHURN)
+    c = SlurmCluster(b, grace_seconds=0, sleep=clock.sleep, monotonic=clock.monotonic,
+                     churn=NO_CHURN)
     snap = c.observe(2000.0)
-    c.enact(place_plan(RoundPlan(frozenset({11})), snap), snap)   # 10 left gpu01 at ~2000.0
-    assert ("scontrol", "requeuehold", "10") in b.log and sleeps == []
+    c.enact(place_plan(RoundPlan(frozenset({11})), snap), snap)   # 10 left gpu01 at 2000.0
+    assert ("scontrol", "requeuehold", "10") in b.log and clock.slept == []
     snap = c.observe(2000.4)
     c.enact(place_plan(RoundPlan(frozenset({10})), snap), snap)
     assert b.log[-1] == ("scontrol", "release", "10")
-    assert len(sleeps) == 1 and 0.5 < sleeps[0] <= 0.62, sleeps
+    assert clock.slept == [pytest.approx(2001.02 - 2000.4)], clock.slept
 
 
 def test_a_start_planned_onto_a_kept_jobs_node_takes_the_node_the_plan_frees():

@@ -173,12 +173,12 @@ def test_scaling_keeps_specs_consistent_and_predictions_run():
 
 
 def test_standin_resumes_after_usr1(tmp_path: Path):
-    """Stopped by USR1 one second into its second epoch (2 s each), the stand-in saves its
-    position and exits at once; run again, it starts there and runs only the rest. Times are
-    the stand-in's own (its start line to its end), so a slow interpreter start does not
-    count."""
+    """Stopped by USR1 1.5 s into its second epoch (3 s each), the stand-in saves its position
+    and exits at once; run again, it starts there and runs only the rest. Times are the
+    stand-in's own (its start line to its end), so a slow interpreter start does not count;
+    the margins (1.5 s either side of the signal, 3 s on the rest) hold on a loaded machine."""
     plan = tmp_path / "plan.json"
-    plan.write_text(StandinPlan((2.0, 2.0, 2.0), (32, 32, 64), 1000, 1).to_json())
+    plan.write_text(StandinPlan((3.0, 3.0, 3.0), (32, 32, 64), 1000, 1).to_json())
     state = tmp_path / "state.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SHOCKSLURM_", "SLURM_"))}
     env["SHOCKSLURM_SPOOL"] = str(tmp_path / "spool")
@@ -186,14 +186,14 @@ def test_standin_resumes_after_usr1(tmp_path: Path):
             "--state", str(state), "--report-seconds", "0.1"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().startswith("start restart=0")
-    time.sleep(3.0)
+    time.sleep(4.5)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and time.monotonic() - t0 < 3.0
-    assert out.startswith("got SIGUSR1 at epoch 1")
+    assert proc.returncode == 0 and time.monotonic() - t0 < 10.0, out
+    assert out.startswith("got SIGUSR1 at epoch 1"), out
     saved = json.loads(state.read_text())
-    assert saved["epoch"] == 1 and 0.9 < saved["into_epoch_s"] < 2.0
+    assert saved["epoch"] == 1 and 1.4 < saved["into_epoch_s"] < 3.0, saved
     again = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert again.stdout is not None
     first = again.stdout.readline()
@@ -202,8 +202,8 @@ def test_standin_resumes_after_usr1(tmp_path: Path):
     took = time.monotonic() - t1
     assert first.startswith(f"start restart=0 epoch 1 +{saved['into_epoch_s']:.2f}s"), first
     assert again.returncode == 0 and "done at epoch 3" in rest, rest
-    remaining = 2.0 * (3 - saved["epoch"]) - saved["into_epoch_s"]
-    assert remaining - 0.2 <= took < remaining + 2.0    # only the rest of the plan ran
+    remaining = 3.0 * (3 - saved["epoch"]) - saved["into_epoch_s"]
+    assert remaining - 0.2 <= took < remaining + 3.0    # only the rest of the plan ran
     reports = [json.loads(p.read_text()) for p in (tmp_path / "spool").glob("*.json")]
     kinds = {r["kind"] for r in reports}
     assert {"throughput", "epoch_done", "batch_size_change", "checkpoint"} <= kinds

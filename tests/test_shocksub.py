@@ -238,7 +238,8 @@ def test_signal_is_forwarded_to_training(fake_slurm: dict, tmp_path: Path,
 def _usr1_once_ready(script: Path, env: dict, ready: Path, never: str
                      ) -> tuple[subprocess.Popen, str, str]:
     """Run the job script, send it SIGUSR1 once `ready` exists (failing with `never` if the
-    script ends or 15 s pass first), and return the finished process with its output."""
+    script ends or 15 s pass first), touch `ready`.sent once it is sent, and return the
+    finished process with its output."""
     proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -247,6 +248,7 @@ def _usr1_once_ready(script: Path, env: dict, ready: Path, never: str
             assert time.monotonic() < deadline and proc.poll() is None, never
             time.sleep(0.01)
         proc.send_signal(signal.SIGUSR1)
+        ready.with_suffix(".sent").touch()
         out, err = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
@@ -273,10 +275,13 @@ def test_trainer_killed_by_the_forwarded_signal_exits_0(fake_slurm: dict,
 def test_signal_before_training_starts_exits_0_without_training(fake_slurm: dict,
                                                                 tmp_path: Path) -> None:
     """USR1 while the script is still setting up (here: in `scontrol show hostnames`) neither
-    kills the shell nor is lost: training is not started, the script exits 0."""
+    kills the shell nor is lost: training is not started, the script exits 0. The fake
+    `scontrol` answers only once the signal is sent."""
     ready = tmp_path / "ready"
-    (tmp_path / "bin" / "scontrol").write_text(f"#!/bin/bash\ntouch {shlex.quote(str(ready))}\n"
-                                               "sleep 1\necho gpu01\n")
+    sent = shlex.quote(str(ready.with_suffix(".sent")))
+    (tmp_path / "bin" / "scontrol").write_text(
+        f"#!/bin/bash\ntouch {shlex.quote(str(ready))}\n"
+        f"for _ in $(seq 600); do [ -e {sent} ] && break; sleep 0.05; done\necho gpu01\n")
     script = tmp_path / "job.sbatch"
     script.write_text(_render(MULTI))
     proc, out, err = _usr1_once_ready(script, fake_slurm, ready, "script never started")

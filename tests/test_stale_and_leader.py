@@ -98,7 +98,10 @@ def test_locked_store_mid_round_no_action_one_line_each_edge(engine, db, caplog)
 
 @pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
 def test_locked_postgresql_store_stops_the_round_within_the_timeout(store_url, caplog):
-    engine = open_store(store_url, create=True, timeout_s=TIMEOUT_S)
+    # The schema made without a timeout, and 1 s per statement (not TIMEOUT_S): the rounds
+    # before and after the lock must not time out on a loaded machine.
+    open_store(store_url, create=True).dispose()
+    engine = open_store(store_url, timeout_s=1.0)
     b = Backend([running(1), job(2, gpus=8)])
     d = daemon(engine, b)
     runner = DaemonRunner(d)
@@ -362,7 +365,8 @@ def test_advisory_lock_one_holder_who_and_session_end(pg_url):
         # the server ends the leader's session (a dropped connection): the lock is gone
         backend_pid = a._conn.execute(text("SELECT pg_backend_pid()")).scalar()
         with b._engine.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": backend_pid})
+            # waits (up to 30 s, PostgreSQL 14+) until the backend has ended and its lock gone
+            conn.execute(text("SELECT pg_terminate_backend(:p, 30000)"), {"p": backend_pid})
         assert not a.still_held()
         assert b.acquire() and not a.acquire()
     finally:

@@ -96,7 +96,7 @@ def test_unreachable_store_is_logged_once_and_training_goes_on(url, caplog):
         t0 = time.perf_counter()
         for i in range(20):
             rep.batch_size_change(i, i + 1)
-        assert time.perf_counter() - t0 < 0.5
+        assert time.perf_counter() - t0 < 2.0      # queued: no call waits for the store
         rep.close(timeout=20)
     assert rep.failed == 20 and rep.sent == 0
     msgs = [r.getMessage() for r in caplog.records if "could not send a report" in r.getMessage()]
