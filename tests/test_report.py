@@ -162,8 +162,26 @@ def test_report_on_a_damaged_store_names_it_in_one_line(
 
 def test_plots_without_data_still_render(tmp_path: Path) -> None:
     """A live run with no completion events has no rho chart; empty runs still draw a frame."""
-    paths = write_run_plots([RunSeries("run 7 shockwave", "shockwave")], tmp_path)
+    paths = list(write_run_plots([RunSeries("run 7 shockwave", "shockwave")], tmp_path))
     assert [p.name for p in paths] == ["run-7-shockwave-timeline.png",
                                        "run-7-shockwave-utilisation.png"]
     for p in paths:
         _check_png(p, min_colours=2)
+
+
+def test_a_chart_that_cannot_be_written_leaves_those_written_before_it_listed(
+        simulated: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """A directory where the second chart goes: the first is listed (it was written) before the
+    error naming the second; the list used to come only once every chart was written."""
+    tmp, _ = simulated
+    out = tmp_path / "charts"
+    (out / "run-1-fifo-utilisation.png").mkdir(parents=True)
+    result = CliRunner().invoke(cli, ["report", "--db", f"sqlite:///{tmp / 'runs.db'}",
+                                      "--out", str(out), "--run", "1"])
+    assert result.exit_code == 1, result.output
+    first, *rest = result.output.splitlines()
+    assert first == str(out / "run-1-fifo-timeline.png"), result.output
+    _check_png(Path(first))
+    assert rest and "run-1-fifo-utilisation.png" in rest[0] and rest[0].startswith("Error:"), \
+        result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

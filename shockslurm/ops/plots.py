@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..atomic import OutputWriteError, describe, write_file
 
@@ -188,25 +188,24 @@ def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text).strip("-")
 
 
-def write_run_plots(series: Sequence[RunSeries], out_dir: Path) -> list[Path]:
+def write_run_plots(series: Sequence[RunSeries], out_dir: Path) -> Iterator[Path]:
     """Per run: `<label>-timeline.png` and `<label>-utilisation.png`; for all runs together:
-    `rho-by-policy.png` (only when some run has rho values). Returns the files written."""
+    `rho-by-policy.png` (only when some run has rho values). Yields each file once written, so
+    a caller that lists them has listed every chart written before a write that fails
+    (until 2026-12-03 the list was returned at the end, and lost with the error)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:   # a race with the command line's check, or a file in the way
         raise OutputWriteError(f"{describe(out_dir)}: cannot create the directory: "
                                f"{exc.strerror or exc}") from None
-    paths: list[Path] = []
     for s in series:
         stem = safe_name(s.label)
-        paths.append(plot_timeline(s.timeline, out_dir / f"{stem}-timeline.png",
-                                   title=f"GPU allocation per job: {s.label}", within=out_dir))
-        paths.append(plot_utilisation(s.utilisation, out_dir / f"{stem}-utilisation.png",
-                                      title=f"GPU utilisation per round: {s.label}",
-                                      within=out_dir))
+        yield plot_timeline(s.timeline, out_dir / f"{stem}-timeline.png",
+                            title=f"GPU allocation per job: {s.label}", within=out_dir)
+        yield plot_utilisation(s.utilisation, out_dir / f"{stem}-utilisation.png",
+                               title=f"GPU utilisation per round: {s.label}", within=out_dir)
     rho = {s.label: s.rho for s in series if s.rho}
     if rho:
-        paths.append(plot_rho(rho, out_dir / "rho-by-policy.png",
-                              definition=next(s.rho_definition for s in series if s.rho),
-                              within=out_dir))
-    return paths
+        yield plot_rho(rho, out_dir / "rho-by-policy.png",
+                       definition=next(s.rho_definition for s in series if s.rho),
+                       within=out_dir)
