@@ -22,7 +22,7 @@ from .train_job import TRAIN_LOOP, job_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 API = ["CheckpointManager", "CheckpointMismatch", "CorruptCheckpoint", "Lease", "Reporter",
-       "ResumableSampler", "ShardedCheckpointManager",
+       "ResumableSampler", "SeededDataset", "ShardedCheckpointManager",
        "ShockTrainer", "install_signal_handlers", "load_checkpoint"]
 
 # A job's script: the helper first, then (once the test has signalled it) torch and the loop.

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")  # CI installs torch (tests/run.sh); never 
 
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from shockslurm.train import ResumableSampler, ShockTrainer  # noqa: E402
+from shockslurm.train import ResumableSampler, SeededDataset, ShockTrainer  # noqa: E402
 from shockslurm.train.lease import Lease  # noqa: E402
 from shockslurm.train.reports import Reporter  # noqa: E402
 
@@ -40,10 +40,13 @@ class Indexed(Dataset):
 
 
 def _train(ckpt: Path, stop_at: int | None, *, workers: int = 0, epochs: int = 4,
-           own_sampler: bool = True, augment: bool = False):
+           own_sampler: bool = True, augment: bool = False, seeded: bool = False,
+           persistent: bool = False):
     torch.manual_seed(0)
     random.seed(0)
-    data = Indexed(augment=augment)
+    data: Dataset = Indexed(augment=augment)
+    if seeded:
+        data = SeededDataset(data)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2),
                                 torch.nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -52,7 +55,8 @@ def _train(ckpt: Path, stop_at: int | None, *, workers: int = 0, epochs: int = 4
                       reporter=Reporter(None), lease=Lease(stop_file=False)) as st:
         sampler = st.sampler(data) if own_sampler else None
         loaders = {bs: DataLoader(data, batch_size=bs, sampler=sampler, num_workers=workers,
-                                  pin_memory=False) for bs in set(SCHEDULE.values())}
+                                  pin_memory=False, persistent_workers=persistent)
+                   for bs in set(SCHEDULE.values())}
         for epoch in st.epoch_range(epochs):
             size = SCHEDULE[max(k for k in SCHEDULE if k <= epoch)]
             for _, (xb, yb, idx) in st.batches(loaders[size]):
@@ -120,6 +124,60 @@ def test_batches_loaded_and_dropped_leave_the_rng_as_the_stop_left_it(tmp_path):
     final, _, seen2, _ = _train(tmp_path / "ck", None, own_sampler=False, epochs=2, augment=True)
     assert seen + seen2 == ref_seen
     _same(ref, final)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["workers", "persistent workers"])
+def test_an_augmentation_in_workers_resumes_exactly_with_seeded_samples(tmp_path, persistent):
+    """Noise drawn in 2 workers as each sample loads: with `SeededDataset` a run stopped mid-
+    epoch and resumed ends bit-identical to the run without a stop. Without it the resumed
+    workers drew the rest of the epoch's noise from the epoch's start again (weights differ)."""
+    kw = dict(workers=2, epochs=2, augment=True, persistent=persistent)
+    ref, _, ref_seen, _ = _train(tmp_path / "ref", None, seeded=True, **kw)
+    for stop_at in (7, 17):
+        _, _, seen, _ = _train(tmp_path / f"ck{stop_at}", stop_at, seeded=True, **kw)
+        final, st, seen2, _ = _train(tmp_path / f"ck{stop_at}", None, seeded=True, **kw)
+        assert seen + seen2 == ref_seen and st.global_step == 24
+        _same(ref, final)
+    plain, _, _, _ = _train(tmp_path / "plain-ref", None, **kw)
+    _train(tmp_path / "plain", 7, **kw)
+    resumed, _, _, _ = _train(tmp_path / "plain", None, **kw)
+    assert not all(torch.equal(plain[k], resumed[k]) for k in plain)
+
+
+def test_seeded_samples_differ_by_epoch_and_leave_the_rng_alone():
+    """A sample's noise is its own per epoch (another epoch, other noise; the same on every
+    load), and loading it leaves the main process's RNGs as they were."""
+    data = SeededDataset(Indexed(augment=True))
+    sampler = ResumableSampler(data, seed=5)
+    keys = list(sampler)
+    torch.manual_seed(1)
+    random.seed(1)
+    before = (torch.get_rng_state(), random.getstate())
+    first = [data[k][0] for k in keys[:4]]
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+    assert all(torch.equal(a, data[k][0]) for a, k in zip(first, keys[:4]))
+    sampler.set_epoch(1)
+    other = {k.sample: data[k][0] for k in sampler}
+    assert all(not torch.equal(a, other[k.sample]) for a, k in zip(first, keys[:4]))
+    assert len(data) == 96 and data.augment is True          # the dataset's own attributes
+
+
+def test_a_seeded_subset_loads_through_the_seeds():
+    """A `Subset` has `__getitems__`, which the DataLoader calls where a dataset has one: it was
+    passed on from the wrapped dataset, and got the keys, not the indices."""
+    data = SeededDataset(torch.utils.data.Subset(Indexed(augment=True), range(8, 40)))
+    loader = DataLoader(data, batch_size=8, sampler=ResumableSampler(data, seed=5))
+    (x, _, idx), *_ = list(loader)
+    assert len(idx) == 8 and all(8 <= i < 40 for i in idx.tolist())
+    assert torch.equal(x, torch.stack([data[k][0] for k in list(loader.sampler)[:8]]))
+
+
+def test_a_seeded_dataset_without_our_sampler_is_refused_clearly():
+    loader = DataLoader(SeededDataset(Indexed()), batch_size=4)
+    with pytest.raises(TypeError, match=r"sampler=st\.sampler\(data\)"):
+        next(iter(loader))
+    with pytest.raises(TypeError, match="map-style"):
+        SeededDataset(iter(range(3)))
 
 
 def test_the_sampler_draws_a_dataset_that_grows_whole():

@@ -19,6 +19,7 @@ from shockslurm.train.checkpoint import read_checkpoint  # noqa: E402
 from shockslurm.train.lease import Lease  # noqa: E402
 from shockslurm.train.lightning import ShockwaveCallback  # noqa: E402
 from shockslurm.train.reports import Reporter  # noqa: E402
+from shockslurm.train.sample_seeds import SeededDataset  # noqa: E402
 
 from .test_train_lightning import Tiny as LightningTiny  # noqa: E402
 
@@ -55,15 +56,31 @@ def _data():
     return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
 
 
+class Noisy(torch.utils.data.Dataset):
+    """`_data()` with noise drawn from torch's RNG as each sample loads (an augmentation)."""
+
+    def __init__(self) -> None:
+        self.data = _data()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        x, y = self.data[i]
+        return x + 0.1 * torch.randn(4), y
+
+
 def _fit(ckpt: Path, *, stop_at: int | None = None, seed: int = 3, every_steps: int = 3,
-         accumulate: int = ACCUMULATE, stop_file: Path | None = None
+         accumulate: int = ACCUMULATE, stop_file: Path | None = None, workers: int = 0
          ) -> tuple[Tiny, ShockwaveCallback]:
+    """`workers` > 0: a `SeededDataset` of `Noisy` samples loaded by that many workers."""
     cb = ShockwaveCallback(ckpt, keep=100, every_steps=every_steps, every_seconds=None,
                            seed=seed, exit_on_stop=False, reporter=Reporter(None),
                            lease=Lease(stop_file=stop_file or False, file_poll_s=0.0))
     model = Tiny(stop_at, stop_file)
-    data = _data()
-    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data))
+    data = SeededDataset(Noisy()) if workers else _data()
+    loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=cb.sampler(data),
+                                         num_workers=workers)
     trainer = pl.Trainer(max_epochs=3, callbacks=[cb], accelerator="cpu", devices=1,
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, deterministic=True,
@@ -121,6 +138,17 @@ def test_a_sampler_built_before_the_resume_takes_the_checkpoints_seed(tmp_path: 
     reference, _ = _fit(tmp_path / "ref", accumulate=1)
     _fit(tmp_path / "run", stop_at=8, accumulate=1)
     resumed, cb = _fit(tmp_path / "run", seed=4, accumulate=1)
+    assert cb.resumed_from is not None and cb.seed == 3
+    assert _same_weights(reference, resumed)
+
+
+def test_an_augmentation_in_workers_resumes_bit_identical_with_seeded_samples(tmp_path: Path):
+    """Noise drawn in 2 DataLoader workers as each sample loads, the samples a `SeededDataset`:
+    stopped mid-epoch and resumed (with another seed given: the checkpoint's reaches the
+    samples' keys too), the weights end bit-identical to the run without a stop."""
+    reference, _ = _fit(tmp_path / "ref", accumulate=1, workers=2)
+    _fit(tmp_path / "run", stop_at=14, accumulate=1, workers=2)
+    resumed, cb = _fit(tmp_path / "run", seed=4, accumulate=1, workers=2)
     assert cb.resumed_from is not None and cb.seed == 3
     assert _same_weights(reference, resumed)
 

@@ -27,6 +27,9 @@ Public names (`__all__`, all lazily imported, so `import shockslurm.train` does 
   `sharded`; `ShockTrainer` takes it by itself for a model no rank holds whole).
 - `ResumableSampler`: your own DataLoader's sampler, resumed mid-epoch without loading what was
   already trained on (`st.sampler(dataset)`, `st.epoch_range(n)`, `st.batches(loader)`; see `data`).
+- `SeededDataset`: a dataset each of whose samples is loaded under its own seed (the trainer's,
+  the epoch, the index), so a random augmentation in DataLoader workers resumes exactly too
+  (see `sample_seeds`).
 - `Lease`: the stop flag on its own, for loops that want only that (see `lease`).
 - `Reporter`: progress reports to the store or the daemon's spool (see `reports`; the
   daemon's side is `shockslurm.reports`).
@@ -51,6 +54,7 @@ _EXPORTS = {
     "Lease": "lease",
     "Reporter": "reports",
     "ResumableSampler": "data",
+    "SeededDataset": "sample_seeds",
     "ShardedCheckpointManager": "sharded",
     "install_signal_handlers": "lease",
 }

@@ -18,7 +18,7 @@ Exactness also needs the DataLoader not to draw from the global torch RNG: `Shoc
 gives it a generator seeded from (seed, epoch) before each epoch, from which the workers' seeds
 come, and one to a sampler not ours that draws its order from a generator (`seed_sampler`:
 `shuffle=True`, SubsetRandomSampler, WeightedRandomSampler, ...). Randomness inside the dataset's `__getitem__` in worker processes continues from those
-seeds, so it resumes exactly only when it is seeded per sample (e.g. from the index).
+seeds, so it resumes exactly only when it is seeded per sample: `SeededDataset` does that.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sized, Union, cast
 import torch
 
 from . import _env
+from .sample_seeds import SampleKey, SeededDataset
 
 log = logging.getLogger("shockslurm.train")
 
@@ -160,9 +161,14 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
             order = torch.cat([order, order.repeat(math.ceil(total / n))[:total - n]])
         return order[:total][rank::replicas].tolist()
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
+        """This rank's epoch from `start` on: the indices, or for a `SeededDataset` each
+        index's `SampleKey` (the index with this epoch's seed)."""
         start, self.start = self.start, 0
-        return iter(self.indices()[start:])
+        indices = self.indices()[start:]
+        if isinstance(self.dataset, SeededDataset):
+            return iter([SampleKey(i, self.seed, self.epoch) for i in indices])
+        return iter(indices)
 
     def __len__(self) -> int:
         return max(0, self.samples_per_rank - self.start)

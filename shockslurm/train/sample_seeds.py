@@ -1,0 +1,97 @@
+"""Random augmentation that resumes exactly, in DataLoader workers too: seeds per sample.
+
+A random transform in a dataset's `__getitem__` draws from the RNGs of the process that loads
+the sample: a worker's, seeded once per epoch. After a mid-epoch resume the workers start the
+epoch's streams again at the first batch left, so those samples got other augmentations than
+in the run without a stop. Wrapped in `SeededDataset`, each sample is loaded with torch's,
+Python's and (when imported) NumPy's global RNGs seeded from (the trainer's seed, the epoch,
+the sample's index), and put back as they were afterwards: a sample's augmentation depends on
+nothing else, so a resumed run loads exactly what the run without a stop loaded, whatever the
+workers (count, persistence, which worker loads which batch), and training draws the same
+dropout masks in the main process as without the wrapper's loads.
+
+    data = SeededDataset(dataset)
+    loader = DataLoader(data, batch_size=64, sampler=st.sampler(data), num_workers=4)
+
+The sampler (`st.sampler`, or the Lightning callback's `cb.sampler`) hands the wrapper each
+sample's key (`SampleKey`: index, seed, epoch), so its epoch reaches persistent workers too,
+and a seed taken from a checkpoint on resume reaches every sample. An index from another
+sampler is refused with a message saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from typing import Any, NamedTuple
+
+import torch
+
+
+class SampleKey(NamedTuple):
+    """What `ResumableSampler` yields for a `SeededDataset`: which sample, seeded how."""
+
+    sample: int          # the index into the dataset
+    seed: int
+    epoch: int
+
+
+def sample_seed(key: SampleKey) -> int:
+    """The sample's own seed: a hash of (seed, epoch, index), 63 bits."""
+    digest = hashlib.blake2b(f"{key.seed}:{key.epoch}:{key.sample}".encode(),
+                             digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class SeededDataset(torch.utils.data.Dataset):
+    """`dataset`, each sample loaded under its own seed (see the module). Its other attributes
+    are the dataset's."""
+
+    def __init__(self, dataset: Any) -> None:
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+            raise TypeError("shockslurm.train: SeededDataset wraps a dataset with __getitem__ "
+                            f"and __len__ (a map-style dataset), not {type(dataset).__name__}")
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: SampleKey) -> Any:
+        if not isinstance(key, SampleKey):
+            raise TypeError("shockslurm.train: a SeededDataset takes its samples' keys from "
+                            "its sampler: give its DataLoader sampler=st.sampler(data) "
+                            f"(cb.sampler(data) with Lightning); it was given {key!r}")
+        with _seeded(sample_seed(key)):
+            return self.dataset[key.sample]
+
+    def __getattr__(self, name: str) -> Any:
+        # not `dataset` (not set yet while a worker unpickles it), nor a special name: the
+        # DataLoader loads through the dataset's `__getitems__` where it has one, which would
+        # pass the keys by the seeds (a `Subset` has one)
+        if name == "dataset" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class _seeded:
+    """Seed the global RNGs for one sample; put them back as they were afterwards."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def __enter__(self) -> None:
+        self.numpy = sys.modules.get("numpy")    # seeded only when the dataset may use it
+        self.saved = (torch.get_rng_state(), random.getstate(),
+                      None if self.numpy is None else self.numpy.random.get_state())
+        torch.default_generator.manual_seed(self.seed)    # the CPU's alone: not CUDA's
+        random.seed(self.seed)
+        if self.numpy is not None:
+            self.numpy.random.seed(self.seed % 2 ** 32)
+
+    def __exit__(self, *exc: object) -> None:
+        torch_state, python_state, numpy_state = self.saved
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+        if self.numpy is not None:
+            self.numpy.random.set_state(numpy_state)
