@@ -172,12 +172,51 @@ def test_a_seeded_subset_loads_through_the_seeds():
     assert torch.equal(x, torch.stack([data[k][0] for k in list(loader.sampler)[:8]]))
 
 
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_seeded_samples_are_the_same_in_workers_of_any_start_method(context):
+    """The wrapper pickles into spawned workers (its attribute lookup passed on to the dataset
+    must not recurse while it is rebuilt there), and 2 workers load what the main process
+    loads."""
+    data = SeededDataset(Indexed(augment=True))
+
+    def batches(workers: int, **kw) -> list:
+        loader = DataLoader(data, batch_size=8, sampler=ResumableSampler(data, seed=5),
+                            num_workers=workers, **kw)
+        return [x for x, _, _ in loader]
+    alone = batches(0)
+    in_workers = batches(2, multiprocessing_context=context)
+    assert len(alone) == 12 and all(torch.equal(a, b) for a, b in zip(alone, in_workers))
+
+
 def test_a_seeded_dataset_without_our_sampler_is_refused_clearly():
-    loader = DataLoader(SeededDataset(Indexed()), batch_size=4)
-    with pytest.raises(TypeError, match=r"sampler=st\.sampler\(data\)"):
-        next(iter(loader))
+    wrapped = SeededDataset(Indexed())
+    for loader in (DataLoader(wrapped, batch_size=4),
+                   DataLoader(torch.utils.data.Subset(wrapped, range(8)), batch_size=4,
+                              sampler=ResumableSampler(8, seed=1))):
+        with pytest.raises(TypeError, match=r"own dataset \(not inside a Subset"):
+            next(iter(loader))
     with pytest.raises(TypeError, match="map-style"):
         SeededDataset(iter(range(3)))
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+        def __len__(self) -> int:
+            return 3
+    with pytest.raises(TypeError, match="map-style"):
+        SeededDataset(Stream())
+
+
+def test_a_seeded_datasets_attributes_are_set_on_the_dataset():
+    """`loader.dataset.augment = False` (a transform changed between epochs) reaches the
+    dataset; it was set on the wrapper, which then said one thing while loading another."""
+    inner = Indexed(augment=True)
+    data = SeededDataset(inner)
+    data.augment = False
+    assert inner.augment is False and data.augment is False
+    key = next(iter(ResumableSampler(data, seed=5)))
+    assert torch.equal(data[key][0], inner.x[key.sample])
 
 
 def test_the_sampler_draws_a_dataset_that_grows_whole():

@@ -167,7 +167,8 @@ class ResumableSampler(torch.utils.data.DistributedSampler[int]):
         start, self.start = self.start, 0
         indices = self.indices()[start:]
         if isinstance(self.dataset, SeededDataset):
-            return iter([SampleKey(i, self.seed, self.epoch) for i in indices])
+            seed, epoch = self.seed, self.epoch      # the epoch's, as the iterator is made
+            return (SampleKey(i, seed, epoch) for i in indices)
         return iter(indices)
 
     def __len__(self) -> int:

@@ -3,20 +3,27 @@
 A random transform in a dataset's `__getitem__` draws from the RNGs of the process that loads
 the sample: a worker's, seeded once per epoch. After a mid-epoch resume the workers start the
 epoch's streams again at the first batch left, so those samples got other augmentations than
-in the run without a stop. Wrapped in `SeededDataset`, each sample is loaded with torch's,
-Python's and (when imported) NumPy's global RNGs seeded from (the trainer's seed, the epoch,
-the sample's index): a sample's augmentation depends on nothing else, so a resumed run loads
-exactly what the run without a stop loaded, whatever the workers (count, persistence, which
-worker loads which batch). Loaded in the main process (no workers), the RNGs are put back as
-they were afterwards, so training draws the same dropout masks as without the wrapper.
+in the run without a stop. Wrapped in `SeededDataset`, each sample is loaded with the global
+RNGs (torch's CPU generator, Python's `random`, NumPy's legacy `np.random`) seeded from (the
+trainer's seed, the epoch, the sample's index): a sample's augmentation depends on nothing
+else, so a resumed run loads exactly what the run without a stop loaded, whatever the workers
+(count, persistence, which worker loads which batch). Loaded in the main process (no workers),
+the RNGs are put back as they were afterwards, so training draws the same dropout masks as
+without the wrapper; a worker's streams are the samples' alone.
 
     data = SeededDataset(dataset)
     loader = DataLoader(data, batch_size=64, sampler=st.sampler(data), num_workers=4)
 
 The sampler (`st.sampler`, or the Lightning callback's `cb.sampler`) hands the wrapper each
-sample's key (`SampleKey`: index, seed, epoch), so its epoch reaches persistent workers too,
-and a seed taken from a checkpoint on resume reaches every sample. An index from another
-sampler is refused with a message saying so.
+sample's key (`SampleKey`: its index, the seed, the epoch) in place of the index, so the epoch
+reaches persistent workers too, and a seed taken from a checkpoint on resume reaches every
+sample; a batch sampler of your own over it reads the index as `key.sample`. The wrapper is
+the DataLoader's own dataset: inside a `Subset` or a `ConcatDataset`, or under a sampler not
+ours, it gets plain indices and refuses them with a message saying so (`st.epochs` does not
+take one either). Not covered: a transform drawing from a generator of its own
+(`np.random.default_rng()`, a `torch.Generator`) or from CUDA's, and loading from several
+threads at once (the global RNGs are the process's: a thread pool's samples would draw from
+each other's seeds).
 """
 
 from __future__ import annotations
@@ -46,13 +53,14 @@ def sample_seed(key: SampleKey) -> int:
 
 class SeededDataset(torch.utils.data.Dataset):
     """`dataset`, each sample loaded under its own seed (see the module). Its other attributes
-    are the dataset's."""
+    are the dataset's, read and set (`loader.dataset.transform = ...` reaches it)."""
 
     def __init__(self, dataset: Any) -> None:
-        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
+        if (isinstance(dataset, torch.utils.data.IterableDataset)
+                or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__")):
             raise TypeError("shockslurm.train: SeededDataset wraps a dataset with __getitem__ "
                             f"and __len__ (a map-style dataset), not {type(dataset).__name__}")
-        self.dataset = dataset
+        object.__setattr__(self, "dataset", dataset)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -60,8 +68,10 @@ class SeededDataset(torch.utils.data.Dataset):
     def __getitem__(self, key: SampleKey) -> Any:
         if not isinstance(key, SampleKey):
             raise TypeError("shockslurm.train: a SeededDataset takes its samples' keys from "
-                            "its sampler: give its DataLoader sampler=st.sampler(data) "
-                            f"(cb.sampler(data) with Lightning); it was given {key!r}")
+                            "its sampler, and was given the index "
+                            f"{key!r}: make it the DataLoader's own dataset (not inside a "
+                            "Subset or ConcatDataset) with sampler=st.sampler(data) "
+                            "(cb.sampler(data) with Lightning); st.epochs() does not take one")
         with _seeded(sample_seed(key)):
             return self.dataset[key.sample]
 
@@ -72,6 +82,9 @@ class SeededDataset(torch.utils.data.Dataset):
         if name == "dataset" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.dataset, name, value)
 
 
 class _seeded:
@@ -92,7 +105,7 @@ class _seeded:
         torch.default_generator.manual_seed(self.seed)    # the CPU's alone: not CUDA's
         random.seed(self.seed)
         if numpy is not None:
-            numpy.random.seed(self.seed % 2 ** 32)
+            numpy.random.seed([self.seed & 0xFFFFFFFF, self.seed >> 32])    # all 63 bits
 
     def __exit__(self, *exc: object) -> None:
         if self.saved is None:
