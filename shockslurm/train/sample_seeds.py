@@ -31,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import random
 import sys
-from typing import Any, NamedTuple
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple
 
 import torch
 
@@ -77,8 +78,8 @@ class SeededDataset(torch.utils.data.Dataset):
 
     def __getattr__(self, name: str) -> Any:
         # not `dataset` (not set yet while a worker unpickles it), nor a special name: the
-        # DataLoader loads through the dataset's `__getitems__` where it has one, which would
-        # pass the keys by the seeds (a `Subset` has one)
+        # DataLoader loads through a dataset's `__getitems__` where it has one (a `Subset`
+        # does), and the wrapped one's would be handed the keys, unseeded
         if name == "dataset" or name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
@@ -87,31 +88,26 @@ class SeededDataset(torch.utils.data.Dataset):
         setattr(self.dataset, name, value)
 
 
-class _seeded:
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
     """Seed the global RNGs for one sample. In the main process (no workers) they are put back
     as they were afterwards, so training draws what it would have drawn; a worker's are the
     samples' alone, and not put back (NumPy's state takes some 60 us to read and set again, a
     sample's seeds some 7 us)."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.saved: tuple[Any, ...] | None = None
-
-    def __enter__(self) -> None:
-        numpy = sys.modules.get("numpy")         # seeded only when the dataset may use it
-        if torch.utils.data.get_worker_info() is None:
-            self.saved = (torch.get_rng_state(), random.getstate(),
-                          numpy, None if numpy is None else numpy.random.get_state())
-        torch.default_generator.manual_seed(self.seed)    # the CPU's alone: not CUDA's
-        random.seed(self.seed)
-        if numpy is not None:
-            numpy.random.seed([self.seed & 0xFFFFFFFF, self.seed >> 32])    # all 63 bits
-
-    def __exit__(self, *exc: object) -> None:
-        if self.saved is None:
-            return
-        torch_state, python_state, numpy, numpy_state = self.saved
-        torch.set_rng_state(torch_state)
-        random.setstate(python_state)
-        if numpy is not None:
-            numpy.random.set_state(numpy_state)
+    numpy = sys.modules.get("numpy")             # seeded only when the dataset may use it
+    saved = None
+    if torch.utils.data.get_worker_info() is None:
+        saved = (torch.get_rng_state(), random.getstate(),
+                 None if numpy is None else numpy.random.get_state())
+    torch.default_generator.manual_seed(seed)    # the CPU's alone: not CUDA's
+    random.seed(seed)
+    if numpy is not None:
+        numpy.random.seed([seed & 0xFFFFFFFF, seed >> 32])      # all 63 bits
+    try:
+        yield
+    finally:
+        if saved is not None:
+            torch.set_rng_state(saved[0])
+            random.setstate(saved[1])
+            if numpy is not None:
+                numpy.random.set_state(saved[2])
