@@ -179,12 +179,14 @@ class RoundRecorder:
 
     def report_waits(self, samples: list, changes: list) -> list[float]:
         """Seconds from each report's time to the end of the first round that started after
-        it (asserting that round already had it in the store): a report's way to the store."""
+        it and had it in the store: a report's way to the store (the report is stamped before
+        the trainer's thread writes it, so a round may start in between and not have it)."""
         def wait(when_written: float, present: Any) -> float:
             later = [r for r in self.rounds if r["start"] >= when_written]
             assert later, (when_written, [r["start"] for r in self.rounds])
-            assert present(later[0]), (when_written, later[0])
-            return later[0]["end"] - when_written
+            had = next((r for r in later if present(r)), None)
+            assert had is not None, (when_written, later[-1])
+            return had["end"] - when_written
 
         waits = [wait(t, lambda r, t=t: any(c[0] == t for c in r["changes"]))
                  for t, _, _ in changes]

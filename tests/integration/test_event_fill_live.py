@@ -33,8 +33,8 @@ LONG_UNITS = 600            # 120 s: still running when the test ends (cancelled
 PLAIN_S = 12               # the plain job's run: it starts after the managed jobs are submitted
 # one poll (the runner stretches its interval to 20x a slow poll's read), the early round's
 # reads and release, Slurm's scheduling pass (1 s resolution); the next boundary would be
-# 20 s or more after the completion
-FILL_BOUND_S = POLL_S + 8.0
+# 20 s or more after the completion (8 s idle; 14 s leaves room for a loaded machine)
+FILL_BOUND_S = POLL_S + 14.0
 
 
 def _plain_short_job(backend: CliBackend) -> int:

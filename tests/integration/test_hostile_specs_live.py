@@ -23,6 +23,8 @@ from shockslurm.slurm.types import JobState
 from shockslurm.store import open_store
 from shockslurm.store.models import Job, JobEvent
 
+from .helpers import wait_for
+
 pytestmark = pytest.mark.slurm
 
 HOSTILE = ['{"epochs":1e400,"model":"LM"}', '{"epochs":NaN}', '{"epochs":1e9}',
@@ -59,10 +61,13 @@ def test_hostile_specs_stay_held_and_flagged_while_a_normal_job_runs(tmp_path: P
             assert runner.attempt() is None                 # a round, never an outage
             time.sleep(2)
         assert runner.outages == {"slurm": 0, "store": 0}
+
+        def started() -> bool:      # released by a round; Slurm's pass may come a moment later
+            ok = {j.job_id: j for j in CliBackend().jobs()}.get(normal)
+            return ok is None or ok.state in (JobState.RUNNING, JobState.COMPLETING,
+                                              JobState.COMPLETED)
+        wait_for(started, 30, f"the normal job {normal} to start")
         jobs = {j.job_id: j for j in CliBackend().jobs() if j.job_id in ours}
-        ok = jobs.get(normal)
-        assert ok is None or ok.state in (JobState.RUNNING, JobState.COMPLETING,
-                                          JobState.COMPLETED), ok
         for jid in hostile:
             assert jobs[jid].managed and jobs[jid].held, jobs[jid]   # tagged by the plugin
         with Session(engine) as s:

@@ -116,13 +116,13 @@ def test_shocksub_job_reports_reach_the_store_and_the_forecast_by_default(tmp_pa
         assert len(samples) >= 3 and all(rate > 0 for _, rate, _ in samples), samples
         assert {bs for _, _, bs in samples} >= {32, 64}, samples
 
-        # ... each within one report interval: in the store by the end of the first round that
-        # started after the job wrote it
+        # ... each within one report interval: in the store by the end of a round soon after
+        # the job wrote it
         waits = recorder.report_waits(samples, changes)
         print(f"report -> store: max {max(waits):.2f} s over {len(waits)} reports "
               f"(rounds of {REPORT_S:g} s)")
-        # at most one round's wait plus its work (report_waits asserts the first round after a
-        # report had it); the bound leaves a loaded machine's slow rounds room
+        # about one round's wait plus its work (the first round after a report that had it);
+        # the bound leaves a loaded machine's slow rounds room
         assert max(waits) <= WAIT_BOUND_S, waits
 
         # (2) the daemon's view of the job was built from the reports: its batch size, per-epoch
