@@ -166,6 +166,61 @@ def test_killed_in_the_grace_period_resumes_the_stop_without_a_second_usr1(engin
     assert not any(a[1] == "requeuehold" and "1" in a[2].split(",") for a in b.log), b.log
 
 
+def test_a_job_its_usr1_killed_is_requeued_when_the_stop_is_resumed(engine):
+    """A plain sbatch script without a trap ends FAILED on its USR1. The round of the stop
+    requeued it; a stop resumed by the next daemon took COMPLETED jobs only, and the FAILED
+    one stayed so, its training over."""
+    b = Backend([running(1), job(2, gpus=8)])
+    d1 = daemon(engine, b)
+    b.kill_on_read_after_signal = True               # dies waiting for job 1 to exit
+    with pytest.raises(Killed):
+        round_(d1, {2}, now=time.time())
+    b.kill_on_read_after_signal = False
+    b._jobs = [replace(j, state=JobState.FAILED, end_time=int(_signal_stamp(engine)) + 1)
+               if j.job_id == 1 else j for j in b._jobs]
+    b.log.clear()
+    back = _signal_stamp(engine) + 2
+    d2 = daemon(engine, b)
+    assert d2.reconcile(now=back)["finished"] == 0   # not recorded as ended: it is stopping
+    round_(d2, {2}, now=back)
+    assert ("scancel", "--signal=USR1") not in [a[:2] for a in b.log], b.log
+    assert b.log[0][:2] == ("scontrol", "requeuehold") and "1" in b.log[0][2].split(",")
+    assert {j.job_id: j for j in b._jobs}[1].state is JobState.PENDING
+
+
+class SignalTimesOut(Backend):
+    """The USR1 reaches the job (it saves and exits: COMPLETED), but `scancel` does not come
+    back in time: the backend raises as CliBackend does on a timeout."""
+
+    def run(self, argv):
+        res = super().run(argv)
+        if argv[0] == "scancel":
+            raise SlurmError(f"{' '.join(argv)} timed out after 30 s", argv=tuple(argv))
+        return res
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["same daemon", "restarted"])
+def test_a_usr1_whose_call_timed_out_is_a_stop_begun(engine, restarted):
+    """A `scancel --signal=USR1` that timed out (or found the controller unreachable) may have
+    been delivered: the job saved and exited on it. It was taken as not sent: the job stayed
+    COMPLETED, never requeued, its training over. Now the stop is resumed: requeueheld, never
+    signalled a second time."""
+    b = SignalTimesOut([running(1), job(2, gpus=8)], exit_on_usr1=True)
+    d1 = daemon(engine, b)
+    with pytest.raises(SlurmError, match="cannot be reached"):
+        round_(d1, {2}, now=time.time())            # the round is given up at the failure
+    assert {j.job_id: j for j in b._jobs}[1].state is JobState.COMPLETED
+    b.log.clear()
+    d = daemon(engine, b) if restarted else d1
+    back = _signal_stamp(engine) + 10
+    if restarted:
+        d.reconcile(now=back)
+    round_(d, {2}, now=back)
+    assert ("scancel", "--signal=USR1") not in [a[:2] for a in b.log], b.log
+    assert b.log[0][:2] == ("scontrol", "requeuehold") and "1" in b.log[0][2].split(","), b.log
+    assert {j.job_id: j for j in b._jobs}[1].state is JobState.PENDING
+
+
 def test_a_stop_cut_short_is_resumed_on_a_job_requeued_before(engine):
     """Slurm sets a job's submit time anew at each requeue (`live/first_submit.py`): the
     restarted daemon still finds the stop the daemon before it began on a job it had stopped

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
+
 from shockslurm.churn_rules import ChurnLimits
 from shockslurm.model import RoundPlan
 from shockslurm.live.cluster import SlurmCluster
 from shockslurm.live.specs import spec_from_comment
-from shockslurm.slurm.types import CommandResult, JobState, SlurmNode
+from shockslurm.slurm.types import CommandResult, JobState, SlurmError, SlurmNode
 
 from .test_enact import job
 
@@ -182,6 +184,33 @@ def test_a_job_that_had_finished_before_its_signal_is_not_requeued_now_or_later(
     b.log.clear()
     c.enact(RoundPlan(frozenset()), c.observe(1010.0))      # no resumed stop for job 1 either
     assert not any(a[1] == "requeuehold" for a in b.log), b.log
+
+
+def test_a_usr1_whose_call_timed_out_is_resumed_as_a_stop_begun():
+    """`scancel --signal=USR1` timed out, but the signal reached job 1, which saved and exited
+    (COMPLETED at 1002): the round is given up at the failure, and the next requeueholds the
+    job, without a second USR1. It was taken as never sent, and the job stayed COMPLETED, its
+    training over (here without a store: the cluster's own memory of the stop)."""
+    b = FakeBackend([job(1, JobState.RUNNING), job(2)])
+    original = b.run
+
+    def run(argv):
+        if argv[0] == "scancel":
+            b.log.append(tuple(argv))
+            b._jobs = [replace(j, state=JobState.COMPLETED, end_time=1002.0)
+                       if j.job_id == 1 else j for j in b._jobs]
+            raise SlurmError(f"{' '.join(argv)} timed out after 30 s", argv=tuple(argv))
+        return original(argv)
+
+    b.run = run
+    c = SlurmCluster(b, grace_seconds=0, sleep=lambda s: None)
+    with pytest.raises(SlurmError, match="cannot be reached"):
+        c.enact(RoundPlan(frozenset({2})), c.observe(1000.0))
+    b.run = original
+    b.log.clear()
+    c.enact(RoundPlan(frozenset({2})), c.observe(1010.0))
+    assert [a[:2] for a in b.log] == [("scontrol", "requeuehold"), ("scontrol", "release")]
+    assert b.log[0][2] == "1", b.log
 
 
 class FakeClock:

@@ -20,6 +20,8 @@ from sqlalchemy.orm import Session
 
 from ..model import RoundPlan, Snapshot
 from ..live import enact as en
+from ..live.acting import CONTROLLER_DOWN_RE
+from ..live.stops import STOP_ENDS
 from ..live.journaling import JournalUnavailable, LiveJob
 from ..live.specs import epoch_seconds
 from ..slurm.types import CommandResult, JobState, SlurmJob
@@ -256,10 +258,7 @@ class StoreJournal:
                     continue
                 t = stamp_seconds(intent.created_at)
                 if intent.action == "signal":
-                    rc = intent.return_code
-                    failed = rc not in (None, 0, RC_UNKNOWN) and (
-                        job_id in en.unsignalled(intent.stderr or "")
-                        or not en.unsignalled(intent.stderr or ""))
+                    failed = _signal_failed(intent.return_code, intent.stderr or "", job_id)
                     if not failed:
                         since[job_id] = t
                 elif intent.action == "requeuehold" and intent.return_code == 0:
@@ -289,8 +288,9 @@ class StoreJournal:
         self._ensure_run()
         r = self.repo
         by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
-        # a job that exited on its USR1 shows COMPLETED until the resumed stop requeues it
-        stopping = self.pending_stops([j for j in slurm_jobs if j.state is JobState.COMPLETED])
+        # a job that ended on its USR1 shows COMPLETED (or FAILED) until the resumed stop
+        # requeues it
+        stopping = self.pending_stops([j for j in slurm_jobs if j.state in STOP_ENDS])
         counts = {"resolved_done": 0, "resolved_unknown": 0, "finished": 0, "vanished": 0}
         with Session(self.engine) as s, s.begin():
             open_rows = s.execute(
@@ -323,6 +323,18 @@ class StoreJournal:
                 r.add_job_event(s, job, time_s=now, kind=kind, detail=json.dumps(detail))
                 counts[kind] += 1
         return counts
+
+
+def _signal_failed(rc: int | None, stderr: str, job_id: int) -> bool:
+    """Whether a USR1 intent's outcome says it did not reach job `job_id`: a failure that names
+    the job, or names none. Not when the controller did not answer or the call timed out: the
+    signal may have gone out, and the stop is taken as begun (until 2026-12-03 it was taken
+    as failed, and a job that had saved and exited on that USR1 stayed COMPLETED, never
+    requeued: its training ended there)."""
+    if rc in (None, 0, RC_UNKNOWN) or CONTROLLER_DOWN_RE.search(stderr):
+        return False
+    named = en.unsignalled(stderr)
+    return job_id in named or not named
 
 
 def _intent_done(action: str, job: SlurmJob | None, at: float) -> tuple[bool, str]:

@@ -30,7 +30,7 @@ from .journaling import EnactStats, JournalUnavailable, LiveJob, StopLedger
 from .node_steps import fit_nodes, keep_idle_stops, place_around_kept
 from .specs import LiveSpec
 from ..slurm.gres import expand_hostlist, gpus_per_allocated_node
-from ..slurm.types import SlurmJob, SlurmNode
+from ..slurm.types import SlurmError, SlurmJob, SlurmNode
 
 log = logging.getLogger("shockslurm.live.cluster")
 
@@ -236,7 +236,13 @@ class EnactPhases(SlurmActions):
         for step in en.stop_steps(prep.e):
             for j in step.job_ids if step.action == "signal" else ():
                 sig.sent_at[j] = snapshot.now + (self._monotonic() - t_enact)
-            result = self._run(step, stats)
+            try:
+                result = self._run(step, stats)
+            except SlurmError:    # the controller did not answer: the USR1 may have gone out
+                for j in step.job_ids if step.action == "signal" else ():
+                    if j in by_id:      # so its stop is resumed, and a job that exited on it
+                        self.stops.signalled(by_id[j], sig.sent_at[j])     # is requeued
+                raise
             if step.action == "hold":
                 self._escaped_holds(self._started_before_hold(step.job_ids), prep, sig,
                                     snapshot, stats)

@@ -33,6 +33,9 @@ from ..slurm.types import JobState, SlurmJob
 ENDED_BY_OTHERS = frozenset({JobState.CANCELLED, JobState.TIMEOUT, JobState.DEADLINE,
                              JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.PREEMPTED,
                              JobState.OUT_OF_MEMORY})
+# The stop's own ends, requeued also when the stop is resumed (until 2026-12-03 a resumed stop
+# took COMPLETED only, and a job its USR1 had killed stayed FAILED, its training over).
+STOP_ENDS = frozenset({JobState.COMPLETED, JobState.FAILED})
 
 
 def ended_by_others(job: SlurmJob) -> bool:
@@ -64,10 +67,10 @@ class StopTracker:
 
     def pending(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
         """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
-        running the run that was signalled, or exited after it (COMPLETED). {job id: since}.
+        running the run that was signalled, or ended after it (`STOP_ENDS`). {job id: since}.
         Raises `JournalUnavailable` when the store cannot say (no action then)."""
         candidates = [j for j in ours if j.managed and (
-            j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state is JobState.COMPLETED)]
+            j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state in STOP_ENDS)]
         live = {(j.job_id, j.submit_time) for j in ours}
         self._signalled = {k: v for k, v in self._signalled.items() if k in live}
         if not candidates:
