@@ -87,6 +87,30 @@ def _run_and_job(session: Session) -> tuple[Run, Job]:
     return run, job
 
 
+@pytest.mark.parametrize("timeout_s, user_ms, idle_s", [(30.0, "30000", "30"),
+                                                         (0.3, "2000", "1")])
+def test_a_postgresql_connection_gives_up_on_a_server_gone_from_the_network(
+        timeout_s: float, user_ms: str, idle_s: str) -> None:
+    """libpq is given a TCP user timeout and keepalives from the store's timeout: a server that
+    drops off the network ends a statement under way (it waited for the kernel's
+    retransmissions, some 15 minutes: the statement timeout is the server's own), and an idle
+    connection's end is noticed. The store's engine had neither; only the leader lock's had
+    keepalives."""
+    reason = _pg_reason()
+    if reason is not None:
+        skip_unless_required(reason)
+    engine = make_engine(PG_URL, timeout_s=timeout_s)
+    try:
+        with engine.connect() as conn:
+            params = conn.connection.dbapi_connection.info.get_parameters()
+            assert conn.execute(text("SHOW statement_timeout")).scalar() in (
+                f"{int(timeout_s * 1000)}ms", f"{int(timeout_s)}s")
+    finally:
+        engine.dispose()
+    assert params["tcp_user_timeout"] == user_ms and params["keepalives"] == "1", params
+    assert params["keepalives_idle"] == idle_s and params["keepalives_count"] == "3", params
+
+
 def test_round_trip_every_record(engine) -> None:
     with Session(engine) as s, s.begin():
         run, job = _run_and_job(s)

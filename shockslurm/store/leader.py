@@ -181,13 +181,11 @@ class AdvisoryLeaderLock:
     """`pg_try_advisory_lock` on a dedicated connection (see the module)."""
 
     def __init__(self, url: str, cluster: str, *, timeout_s: float) -> None:
-        # keepalives: a connection whose server vanished is noticed within a few timeouts
-        # (and the server's side, `_server_keepalives`, notices a vanished leader)
+        # the client's keepalives and TCP timeout (`postgresql_timeouts`): a connection whose
+        # server vanished is noticed within a few timeouts; the server's side
+        # (`_server_keepalives`) notices a vanished leader
         self._keepalive_idle_s = max(1, int(timeout_s))
-        self._engine: Engine = make_engine(
-            url, timeout_s=timeout_s, poolclass=NullPool,
-            connect_args={"keepalives": 1, "keepalives_idle": self._keepalive_idle_s,
-                          "keepalives_interval": 1, "keepalives_count": 3})
+        self._engine: Engine = make_engine(url, timeout_s=timeout_s, poolclass=NullPool)
         self.key = advisory_key(cluster)
         unsigned = self.key & 0xFFFF_FFFF_FFFF_FFFF
         self._classid, self._objid = unsigned >> 32, unsigned & 0xFFFF_FFFF
