@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 
 def _once(tmp_path: Path, extra: str = "", env: dict[str, str] | None = None
@@ -33,6 +34,22 @@ def test_once_fails_when_slurm_cannot_be_read(tmp_path):
     assert "Slurm command not found: squeue" in out.stdout
     # outside journald: a timestamp, no priority prefix
     assert out.stdout.startswith("20") and "<3>" not in out.stdout
+
+
+def test_once_fails_when_its_snapshot_was_too_old_to_enact():
+    """A round whose snapshot was stale did nothing (it re-reads at the next round, which
+    `--once` does not run): exit 1, where it exited 0."""
+    import click
+    import pytest
+
+    from shockslurm.cli.daemon import _fail_if_down
+
+    runner = SimpleNamespace(slurm_down_since=None, store_down_since=None, leading=True,
+                             stale_rounds=0)
+    _fail_if_down(runner)                       # a round that ran: exit 0
+    runner.stale_rounds = 1
+    with pytest.raises(click.ClickException, match="snapshot was too old to enact"):
+        _fail_if_down(runner)
 
 
 def test_journald_lines_carry_their_priority(tmp_path):

@@ -41,14 +41,17 @@ if TYPE_CHECKING:
 
 def _fail_if_down(runner: DaemonRunner) -> None:
     """`--once` reports its round's fate in its exit status: an outage that cut the round short
-    (Slurm could not be read, the store could not record) or a standby (another daemon leads,
-    so this one did nothing) is an error. A failed Slurm call is not: the next round retries it
-    from Slurm's state, and a race (a job that ended as it was released) fails one benignly."""
+    (Slurm could not be read, the store could not record), a standby (another daemon leads,
+    so this one did nothing) or a snapshot too old to enact (nothing done; until 2026-12-03
+    exit 0) is an error. A failed Slurm call is not: the next round retries it from Slurm's
+    state, and a race (a job that ended as it was released) fails one benignly."""
     down = [what for what, since in (("Slurm could not be read", runner.slurm_down_since),
                                      ("the store could not record", runner.store_down_since))
             if since is not None]
     if runner.leading is False:
         down.append("this daemon is on standby (another daemon leads the cluster)")
+    if runner.stale_rounds:
+        down.append("its Slurm snapshot was too old to enact (max_snapshot_age_seconds)")
     if down:
         raise click.ClickException(f"--once: the round did not run: {' and '.join(down)} "
                                    "(the log above says why)")
