@@ -410,6 +410,34 @@ def test_standby_takes_no_action_and_takes_over(engine, db, caplog):
     second.leader.release()
 
 
+def test_a_leader_gone_standby_in_a_store_outage_reports_the_store_back(engine, db, caplog):
+    """The store was locked while this daemon led; meanwhile another took the lead. Its next
+    try found the store answering (the lock's query) and stood by: the outage it had reported
+    stayed active for ever (`shockslurm_outage_active{what="store"}` 1, no recovery line)."""
+    b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
+    metrics = DaemonMetrics()
+    first = DaemonRunner(daemon(engine, b, metrics=metrics, store_timeout_seconds=TIMEOUT_S),
+                         leader=FileLeaderLock(db + ".leader"))
+    assert first.attempt() is None and first.leading
+    b._jobs.append(job(4, gpus=8))
+    lock = ExclusiveLock(db)
+    try:
+        assert first.attempt() == first.daemon.loop.round_s       # the store outage
+    finally:
+        lock.release()
+    active = {"what": "store"}
+    assert metrics.registry.get_sample_value("shockslurm_outage_active", active) == 1
+    os.unlink(db + ".leader")                                     # the lock lost to ...
+    other = FileLeaderLock(db + ".leader")
+    assert other.acquire()                                        # ... another daemon
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    assert first.attempt() == first._standby_delay() and first.leading is False
+    assert metrics.registry.get_sample_value("shockslurm_outage_active", active) == 0
+    assert first.store_down_since is None
+    assert sum("writable again" in r.getMessage() for r in caplog.records) == 1
+    other.release()
+
+
 def test_a_leader_that_lost_its_lock_stops_before_the_next_action(engine, db, caplog):
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     lock = FileLeaderLock(db + ".leader")

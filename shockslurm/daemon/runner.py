@@ -14,22 +14,20 @@ Crash safety and outages (`DaemonRunner.run`):
   Stops begun and not completed are resumed by the cluster from the store (`pending_stops`):
   requeuehold after the rest of the grace period, never a second USR1.
 - Slurm down or slow (a read raises `SlurmError`): no action on stale state; logged once per
-  outage and once at recovery (with its duration); retried with exponential backoff (1 s,
-  doubling, at most `OUTAGE_BACKOFF_MAX_S`).
+  outage and at recovery (its duration); retried with backoff (1 s doubling, at most 60 s).
 - Store down (`JournalUnavailable`: an intent, the round, or a read the round needs cannot be
   written/read; every store statement waits at most `[daemon] store_timeout_seconds`): no
   action at all (nothing is done that could not be recorded); logged once, retried every round,
-  logged again at recovery with the outage's duration. At start-up the store is opened (and
-  upgraded) by `open_store_waiting`: unavailable, it logs one line and retries every round.
+  logged again at recovery with the outage's duration (also when a standby finds it back). At
+  start-up `open_store_waiting` opens it: unavailable, one line and a retry every round.
 - Stale state: a round whose Slurm snapshot is older than `max_snapshot_age_seconds` when it
-  comes to act does nothing (`StaleSnapshot`); the runner re-reads Slurm and re-plans at once
-  (a second stale round in a row waits for the next round); each decision is logged.
+  comes to act does nothing (`StaleSnapshot`); the runner re-reads and re-plans at once (a
+  second stale round waits for the next round).
 - One leader (`store.leader`): before any action the runner holds the store's leader lock. A
   daemon that cannot take it is a standby: it reads nothing and acts on nothing, and tries to
   take the lock every `standby_retry_seconds` (at most a round), so it takes over within one
-  round of the leader's death. The lock is re-checked before every Slurm action
-  (`SlurmCluster.may_act`): a leader that lost it stops at once. Transitions are logged once
-  each; the metric `shockslurm_leader` is 1 while this process leads.
+  round of the leader's death. The lock is re-checked before every Slurm action (`may_act`):
+  a leader that lost it stops at once. Transitions are logged; `shockslurm_leader` 1: leading.
 
 Event-driven rounds: GPUs a completion frees are filled at once, not a round later. While it
 waits for the next round, a leader whose last round ran asks the cluster every
@@ -235,6 +233,8 @@ class DaemonRunner:
         except StoreError as exc:
             return self._store_failed(exc)
         self._set_leading(got)
+        if not got:
+            self._store_back()    # it answered: a standby has no store outage to report
         return None if got else self._standby_delay()
 
     def _set_leading(self, leading: bool, why: str = "") -> None:
@@ -322,13 +322,17 @@ class DaemonRunner:
         self.failures = 0
         if self.slurm_down_since is not None:
             self._slurm_back()
-        if self.store_down_since is not None:
-            took = self.monotonic() - self.store_down_since
-            self.store_down_since = None
-            self._outage("store", False)
-            log.warning("the store is writable again after %.1f s; rounds resume", took,
-                        extra={"fields": {"event": "recovered", "what": "store",
-                                          "outage_s": round(took, 3)}})
+        self._store_back()
+
+    def _store_back(self) -> None:
+        if self.store_down_since is None:
+            return
+        took = self.monotonic() - self.store_down_since
+        self.store_down_since = None
+        self._outage("store", False)
+        log.warning("the store is writable again after %.1f s; rounds resume", took,
+                    extra={"fields": {"event": "recovered", "what": "store",
+                                      "outage_s": round(took, 3)}})
 
     def run(self, max_rounds: int | None = None) -> int:
         """Rounds until stopped (or `max_rounds`, or the cluster is finished); returns the
