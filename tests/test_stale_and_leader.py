@@ -140,9 +140,21 @@ def test_locked_store_at_start_up_waits_with_one_line(db, caplog):
         if len(sleeps) == 3:
             lock.release()
     caplog.set_level(logging.DEBUG, logger="shockslurm")
-    engine = open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=2.0, sleep=sleep)
+    metrics = DaemonMetrics()
+    active: list[float | None] = []
+
+    def sleep_and_look(s: float) -> None:
+        active.append(metrics.registry.get_sample_value("shockslurm_outage_active",
+                                                        {"what": "store"}))
+        sleep(s)
+    engine = open_store_waiting(db, timeout_s=TIMEOUT_S, retry_s=2.0, sleep=sleep_and_look,
+                                metrics=metrics)
     engine.dispose()
     assert sleeps == [2.0, 2.0, 2.0]
+    # the endpoint serves during the wait: it shows the outage, then its end
+    assert active == [1.0, 1.0, 1.0]
+    assert metrics.registry.get_sample_value("shockslurm_outage_active", {"what": "store"}) == 0
+    assert metrics.registry.get_sample_value("shockslurm_outages_total", {"what": "store"}) == 1
     lines = [r.getMessage() for r in caplog.records]
     assert sum("unavailable at start-up" in m for m in lines) == 1
     assert sum("available again after" in m for m in lines) == 1

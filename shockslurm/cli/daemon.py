@@ -166,7 +166,7 @@ def _start(path: Path, cfg: DaemonConfig, dry_run: bool, once: bool, signals: St
         try:
             engine = open_store_waiting(cfg.db, timeout_s=cfg.store_timeout_seconds,
                                         retry_s=cfg.round_seconds, wait=not once,
-                                        signals=signals, leader=leader)
+                                        signals=signals, leader=leader, metrics=metrics)
         except BaseException:
             leader.dispose()
             if stop_metrics is not None:

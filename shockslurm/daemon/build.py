@@ -204,10 +204,12 @@ def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool
                        signals: StartupSignals | None = None,
                        sleep: Callable[[float], None] | None = None,
                        monotonic: Callable[[], float] = time.monotonic,
-                       leader: LeaderLock | None = None) -> Engine:
+                       leader: LeaderLock | None = None,
+                       metrics: DaemonMetrics | None = None) -> Engine:
     """The store, created or upgraded (`open_store(create=True)`); while it is unavailable
     (locked, unreachable, or due an upgrade while another daemon holds `leader`), one log line
-    and a retry every `retry_s`, never a traceback. Other store errors (newer schema,
+    and a retry every `retry_s`, never a traceback, and a store outage in `metrics` (until
+    2026-12-03 the endpoint, already serving, showed none). Other store errors (newer schema,
     read-only) raise `StoreError`, and so does an unavailable store when not `wait` (`--once`).
     With `signals`, the wait sleeps on them and a signal ends it (`StartupInterrupted`)."""
     if sleep is None:
@@ -223,6 +225,8 @@ def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool
                 raise
             if down_since is None:
                 down_since = monotonic()
+                if metrics is not None:
+                    metrics.outage("store", True)
                 log.error("the store is unavailable at start-up (%s); waiting for it, retrying "
                           "every %g s", mask(str(exc)).strip(), retry_s,
                           extra={"fields": {"event": "outage", "what": "store"}})
@@ -232,6 +236,8 @@ def open_store_waiting(url: str, *, timeout_s: float, retry_s: float, wait: bool
             continue
         if down_since is not None:
             took = monotonic() - down_since
+            if metrics is not None:
+                metrics.outage("store", False)
             log.warning("the store is available again after %.1f s; starting", took,
                         extra={"fields": {"event": "recovered", "what": "store",
                                           "outage_s": round(took, 3)}})
