@@ -189,14 +189,32 @@ def test_a_job_its_usr1_killed_is_requeued_when_the_stop_is_resumed(engine):
 
 
 class SignalTimesOut(Backend):
-    """The USR1 reaches the job (it saves and exits: COMPLETED), but `scancel` does not come
-    back in time: the backend raises as CliBackend does on a timeout."""
+    """`scancel` does not come back in time (the backend raises as CliBackend does on a
+    timeout); with `exit_on_usr1` the USR1 has reached the job (it saved and exited)."""
 
     def run(self, argv):
         res = super().run(argv)
         if argv[0] == "scancel":
             raise SlurmError(f"{' '.join(argv)} timed out after 30 s", argv=tuple(argv))
         return res
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["same daemon", "restarted"])
+def test_a_usr1_that_timed_out_before_reaching_a_job_is_sent_again(engine, restarted):
+    """The timed-out USR1 did not reach job 1, which still runs: it is signalled again at the
+    next round, not requeueheld without its checkpoint."""
+    b = SignalTimesOut([running(1), job(2, gpus=8)])
+    d1 = daemon(engine, b)
+    with pytest.raises(SlurmError):
+        round_(d1, {2}, now=time.time())
+    b.log.clear()
+    d = daemon(engine, b) if restarted else d1
+    back = _signal_stamp(engine) + 40                    # the grace long over
+    if restarted:
+        d.reconcile(now=back)
+    with pytest.raises(SlurmError):                      # it times out again, here
+        round_(d, {2}, now=back)
+    assert [a[:2] for a in b.log] == [("scancel", "--signal=USR1")], b.log
 
 
 @pytest.mark.parametrize("restarted", [False, True], ids=["same daemon", "restarted"])

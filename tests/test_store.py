@@ -111,6 +111,14 @@ def test_a_postgresql_connection_gives_up_on_a_server_gone_from_the_network(
     assert params["keepalives_idle"] == idle_s and params["keepalives_count"] == "3", params
 
 
+def test_a_store_urls_own_tcp_settings_win() -> None:
+    from shockslurm.store.database import postgresql_timeouts
+    url = make_url("postgresql+psycopg://u@h/d?tcp_user_timeout=90000&keepalives_idle=60")
+    args = postgresql_timeouts(url, 5.0)
+    assert "tcp_user_timeout" not in args and "keepalives_idle" not in args
+    assert args["keepalives"] == 1 and args["options"].endswith("-c statement_timeout=5000")
+
+
 def test_round_trip_every_record(engine) -> None:
     with Session(engine) as s, s.begin():
         run, job = _run_and_job(s)

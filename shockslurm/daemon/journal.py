@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from ..model import RoundPlan, Snapshot
 from ..live import enact as en
-from ..live.acting import CONTROLLER_DOWN_RE
-from ..live.stops import STOP_ENDS
+from ..live.acting import OUTCOME_UNKNOWN_RE
+from ..live.stops import STOP_ENDS, maybe_sent
 from ..live.journaling import JournalUnavailable, LiveJob
 from ..live.specs import epoch_seconds
 from ..slurm.types import CommandResult, JobState, SlurmJob
@@ -251,6 +251,7 @@ class StoreJournal:
         wanted = {j.job_id: j.submit_time for j in jobs}
         if not wanted:
             return {}
+        by_id = {j.job_id: j for j in jobs}
         since: dict[int, float | None] = {}
         with Session(self.engine) as s:
             for job_id, submit_s, intent in self._live_rows(s, wanted):
@@ -258,8 +259,9 @@ class StoreJournal:
                     continue
                 t = stamp_seconds(intent.created_at)
                 if intent.action == "signal":
-                    failed = _signal_failed(intent.return_code, intent.stderr or "", job_id)
-                    if not failed:
+                    outcome = _signal_outcome(intent.return_code, intent.stderr or "", job_id)
+                    if outcome == "sent" or (outcome == "maybe"
+                                             and maybe_sent(by_id[job_id], t)):
                         since[job_id] = t
                 elif intent.action == "requeuehold" and intent.return_code == 0:
                     since[job_id] = None
@@ -325,16 +327,16 @@ class StoreJournal:
         return counts
 
 
-def _signal_failed(rc: int | None, stderr: str, job_id: int) -> bool:
-    """Whether a USR1 intent's outcome says it did not reach job `job_id`: a failure that names
-    the job, or names none. Not when the controller did not answer or the call timed out: the
-    signal may have gone out, and the stop is taken as begun (until 2026-12-03 it was taken
-    as failed, and a job that had saved and exited on that USR1 stayed COMPLETED, never
-    requeued: its training ended there)."""
-    if rc in (None, 0, RC_UNKNOWN) or CONTROLLER_DOWN_RE.search(stderr):
-        return False
+def _signal_outcome(rc: int | None, stderr: str, job_id: int) -> str:
+    """A USR1 intent's outcome for job `job_id`: "failed" (a failure that names the job, or
+    names none), "maybe" (the call timed out: it may have gone out, `stops.maybe_sent`), else
+    "sent"."""
+    if rc in (None, 0, RC_UNKNOWN):
+        return "sent"
+    if OUTCOME_UNKNOWN_RE.search(stderr):
+        return "maybe"
     named = en.unsignalled(stderr)
-    return job_id in named or not named
+    return "failed" if job_id in named or not named else "sent"
 
 
 def _intent_done(action: str, job: SlurmJob | None, at: float) -> tuple[bool, str]:

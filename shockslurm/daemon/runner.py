@@ -234,7 +234,7 @@ class DaemonRunner:
             return self._store_failed(exc)
         self._set_leading(got)
         if not got:
-            self._store_back()    # it answered: a standby has no store outage to report
+            self._store_back("this daemon stands by")   # it answered: no outage to report
         return None if got else self._standby_delay()
 
     def _set_leading(self, leading: bool, why: str = "") -> None:
@@ -324,13 +324,13 @@ class DaemonRunner:
             self._slurm_back()
         self._store_back()
 
-    def _store_back(self) -> None:
+    def _store_back(self, then: str = "rounds resume") -> None:
         if self.store_down_since is None:
             return
         took = self.monotonic() - self.store_down_since
         self.store_down_since = None
         self._outage("store", False)
-        log.warning("the store is writable again after %.1f s; rounds resume", took,
+        log.warning("the store is writable again after %.1f s; %s", took, then,
                     extra={"fields": {"event": "recovered", "what": "store",
                                       "outage_s": round(took, 3)}})
 

@@ -37,6 +37,10 @@ STOP_POLL_S = 0.5
 CONTROLLER_DOWN_RE = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|"
     r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
+# Of those, the ones after which the request may have reached slurmctld (a timeout, an answer
+# cut short): whether the action took effect is not known. The others never reached it.
+OUTCOME_UNKNOWN_RE = re.compile(r"Socket timed out|Zero Bytes were transmitted|timed out after",
+                                re.I)
 
 
 

@@ -22,7 +22,7 @@ from ..errors import InputError, ShockslurmError
 from ..model import RoundPlan, Snapshot
 from . import enact as en
 from . import stops
-from .acting import SlurmActions
+from .acting import OUTCOME_UNKNOWN_RE, SlurmActions
 from .churn import ChurnGuard
 from .credentials import RecentDepartures
 from .idle import SwitchClock
@@ -238,10 +238,11 @@ class EnactPhases(SlurmActions):
                 sig.sent_at[j] = snapshot.now + (self._monotonic() - t_enact)
             try:
                 result = self._run(step, stats)
-            except SlurmError:    # the controller did not answer: the USR1 may have gone out
-                for j in step.job_ids if step.action == "signal" else ():
-                    if j in by_id:      # so its stop is resumed, and a job that exited on it
-                        self.stops.signalled(by_id[j], sig.sent_at[j])     # is requeued
+            except SlurmError as exc:     # no answer: a timed-out USR1 may have gone out
+                maybe = step.action == "signal" and OUTCOME_UNKNOWN_RE.search(exc.stderr)
+                for j in step.job_ids if maybe else ():
+                    if j in by_id:        # a job that exited on it is requeued
+                        self.stops.signalled(by_id[j], sig.sent_at[j], maybe=True)
                 raise
             if step.action == "hold":
                 self._escaped_holds(self._started_before_hold(step.job_ids), prep, sig,

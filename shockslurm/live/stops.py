@@ -58,12 +58,16 @@ class StopTracker:
     def __init__(self, ledger: StopLedger | None = None) -> None:
         self.ledger = ledger
         self._signalled: dict[tuple[int, float], float] = {}  # stops started in this process
+        self._maybe: dict[tuple[int, float], float] = {}      # USR1s whose call timed out
 
-    def signalled(self, job: SlurmJob, sent_at: float) -> None:
-        self._signalled[(job.job_id, job.submit_time)] = sent_at
+    def signalled(self, job: SlurmJob, sent_at: float, *, maybe: bool = False) -> None:
+        """The job's USR1 went out at `sent_at`; `maybe`: its call timed out, so it may have
+        (a stop begun only once the job shows it ended after it, `maybe_sent`)."""
+        (self._maybe if maybe else self._signalled)[(job.job_id, job.submit_time)] = sent_at
 
     def requeued(self, job: SlurmJob) -> None:
         self._signalled.pop((job.job_id, job.submit_time), None)
+        self._maybe.pop((job.job_id, job.submit_time), None)
 
     def pending(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
         """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
@@ -73,6 +77,7 @@ class StopTracker:
             j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state in STOP_ENDS)]
         live = {(j.job_id, j.submit_time) for j in ours}
         self._signalled = {k: v for k, v in self._signalled.items() if k in live}
+        self._maybe = {k: v for k, v in self._maybe.items() if k in live}
         if not candidates:
             return {}
         found: dict[int, float] = {}
@@ -85,8 +90,11 @@ class StopTracker:
                 raise JournalUnavailable(f"pending stops: {type(exc).__name__}: {exc}") from exc
         out = {}
         for job in candidates:
+            maybe = self._maybe.get((job.job_id, job.submit_time))
             since = max([t for t in (found.get(job.job_id),
-                                     self._signalled.get((job.job_id, job.submit_time)))
+                                     self._signalled.get((job.job_id, job.submit_time)),
+                                     maybe if maybe is not None and maybe_sent(job, maybe)
+                                     else None)
                          if t is not None], default=None)
             if since is None:
                 continue
@@ -98,6 +106,14 @@ class StopTracker:
                 continue
             out[job.job_id] = since
         return out
+
+
+def maybe_sent(job: SlurmJob, sent_at: float) -> bool:
+    """Whether a USR1 whose call timed out at `sent_at` counts as sent: the job has ended in a
+    stop's own way (`STOP_ENDS`) since. One still running did not get it, and is signalled
+    again (until 2026-12-03 such a signal counted as failed also for a job that had saved and
+    exited on it, which stayed COMPLETED, its training ended early)."""
+    return job.state in STOP_ENDS and not ended_before(job, sent_at)
 
 
 def not_done_before_signal(job_ids: Sequence[int], sent_at: Mapping[int, float],

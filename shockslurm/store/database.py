@@ -227,16 +227,16 @@ def _sqlite_pragmas(engine: Engine, timeout_s: float) -> None:
 
 
 def postgresql_timeouts(url: URL, timeout_s: float) -> dict[str, Any]:
-    """psycopg connect arguments from `timeout_s`: connect, lock and statement timeouts (after
-    the URL's `options`), and TCP limits: a server gone from the network ends a statement after
-    `tcp_user_timeout` (it hung some 15 minutes until 2026-12-03), an idle connection sooner."""
+    """psycopg connect arguments from `timeout_s`: connect, lock and statement timeouts, and TCP
+    limits (a server gone from the network hung a statement ~15 minutes until 2026-12-03)."""
     ms = max(1, int(timeout_s * 1000))
     own = url.query.get("options") or ()
     own = own if isinstance(own, str) else " ".join(own)
+    tcp = {"tcp_user_timeout": max(2000, ms), "keepalives": 1, "keepalives_idle":
+           max(1, int(timeout_s)), "keepalives_interval": 1, "keepalives_count": 3}
     return {"connect_timeout": max(2, math.ceil(timeout_s)),   # libpq: whole seconds, >= 2
             "options": f"{own} -c lock_timeout={ms} -c statement_timeout={ms}".strip(),
-            "tcp_user_timeout": max(2000, ms), "keepalives": 1, "keepalives_idle":
-            max(1, int(timeout_s)), "keepalives_interval": 1, "keepalives_count": 3}
+            **{k: v for k, v in tcp.items() if k not in url.query}}    # the URL's own win
 
 
 def make_engine(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> Engine:
