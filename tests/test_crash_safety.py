@@ -188,6 +188,30 @@ def test_a_job_its_usr1_killed_is_requeued_when_the_stop_is_resumed(engine):
     assert {j.job_id: j for j in b._jobs}[1].state is JobState.PENDING
 
 
+@pytest.mark.parametrize("state", [JobState.COMPLETED, JobState.FAILED])
+def test_a_job_that_ended_long_after_its_stop_began_is_not_rerun(engine, state):
+    """The daemon died in a stop's grace and stayed away; job 1 ignored its USR1 and ended on
+    its own an hour later (finished its training, or crashed). The next daemon took that end
+    for the stop's, requeued the job and ran it again (and reconciliation left it without its
+    `finished` event); now an end later than twice the grace and a minute after the signal
+    is the job's own."""
+    b = Backend([running(1), job(2, gpus=8)])
+    d1 = daemon(engine, b)
+    b.kill_on_read_after_signal = True
+    with pytest.raises(Killed):
+        round_(d1, {2}, now=time.time())
+    b.kill_on_read_after_signal = False
+    signalled = _signal_stamp(engine)
+    b._jobs = [replace(j, state=state, end_time=int(signalled) + 3600) if j.job_id == 1 else j
+               for j in b._jobs]
+    b.log.clear()
+    d2 = daemon(engine, b)
+    assert d2.reconcile(now=signalled + 3700)["finished"] == 1
+    round_(d2, {2}, now=signalled + 3700)
+    assert not any(a[1] == "requeuehold" for a in b.log), b.log
+    assert {j.job_id: j for j in b._jobs}[1].state is state
+
+
 class SignalTimesOut(Backend):
     """`scancel` does not come back in time (the backend raises as CliBackend does on a
     timeout); with `exit_on_usr1` the USR1 has reached the job (it saved and exited)."""

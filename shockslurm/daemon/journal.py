@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 from typing import Any, Iterable, Mapping, Sequence, cast
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 from ..model import RoundPlan, Snapshot
 from ..live import enact as en
 from ..live.acting import OUTCOME_UNKNOWN_RE
-from ..live.stops import STOP_ENDS, maybe_sent
+from ..live.stops import STOP_ENDS, maybe_sent, under_way
 from ..live.journaling import JournalUnavailable, LiveJob
 from ..live.specs import epoch_seconds
 from ..slurm.types import CommandResult, JobState, SlurmJob
@@ -291,8 +292,11 @@ class StoreJournal:
         r = self.repo
         by_key = {(j.job_id, j.submit_time): j for j in slurm_jobs}
         # a job that ended on its USR1 shows COMPLETED (or FAILED) until the resumed stop
-        # requeues it
-        stopping = self.pending_stops([j for j in slurm_jobs if j.state in STOP_ENDS])
+        # requeues it (the stops it will resume: `stops.under_way`, as the cluster decides)
+        ends = {j.job_id: j for j in slurm_jobs if j.state in STOP_ENDS}
+        grace_s = float(self.config.get("grace_seconds", math.inf))
+        stopping = {job_id for job_id, since in self.pending_stops(list(ends.values())).items()
+                    if under_way(ends[job_id], since, grace_s)}
         counts = {"resolved_done": 0, "resolved_unknown": 0, "finished": 0, "vanished": 0}
         with Session(self.engine) as s, s.begin():
             open_rows = s.execute(

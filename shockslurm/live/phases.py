@@ -150,7 +150,7 @@ class EnactPhases(SlurmActions):
         pins = en.pin_nodes(plan.placement, ours) if snapshot.nodes else {}
         moved &= set(pins)     # a job that cannot be pinned elsewhere keeps running where it is
         plan = fit_nodes(plan, snapshot, ours, moved, stats, closed=self._closed())
-        resumed = self.stops.pending(ours)
+        resumed = self.stops.pending(ours, self.grace_seconds)
         plan = keep_idle_stops(plan, snapshot, ours, moved, set(resumed), remaining, stats)
         e = en.diff(plan, ours, pins=pins, moved=moved)
         if resumed:   # stops begun earlier: completed (requeuehold), never signalled again

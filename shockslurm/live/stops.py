@@ -69,10 +69,11 @@ class StopTracker:
         self._signalled.pop((job.job_id, job.submit_time), None)
         self._maybe.pop((job.job_id, job.submit_time), None)
 
-    def pending(self, ours: Sequence[SlurmJob]) -> dict[int, float]:
+    def pending(self, ours: Sequence[SlurmJob], grace_s: float = math.inf) -> dict[int, float]:
         """Jobs whose stop was begun (USR1) and never completed (no requeuehold since): still
-        running the run that was signalled, or ended after it (`STOP_ENDS`). {job id: since}.
-        Raises `JournalUnavailable` when the store cannot say (no action then)."""
+        running the run that was signalled, or ended after it (`STOP_ENDS`) within twice
+        `grace_s` and a minute (`under_way`). {job id: since}. Raises
+        `JournalUnavailable` when the store cannot say (no action then)."""
         candidates = [j for j in ours if j.managed and (
             j.state in (JobState.RUNNING, JobState.SUSPENDED) or j.state in STOP_ENDS)]
         live = {(j.job_id, j.submit_time) for j in ours}
@@ -100,12 +101,23 @@ class StopTracker:
                 continue
             # the run that was signalled: a job restarted since then is not being stopped; nor
             # is one that had finished on its own before the signal
-            if (job.start_time is not None and job.start_time > since + 1.0) or \
-                    ended_before(job, since):
+            if not under_way(job, since, grace_s):
                 self.requeued(job)
                 continue
             out[job.job_id] = since
         return out
+
+
+def under_way(job: SlurmJob, since: float, grace_s: float = math.inf) -> bool:
+    """Whether the stop begun at `since` (its USR1) is still to be completed on `job`: not when
+    the job has been started again since (that run is not being stopped), nor when it had
+    finished on its own before the signal, nor when it ended (`STOP_ENDS`) later than twice
+    `grace_s` and a minute after it (it ignored the signal while no daemon requeued it, then
+    finished or crashed on its own: requeued, it would run again)."""
+    if (job.start_time is not None and job.start_time > since + 1.0) or ended_before(job, since):
+        return False
+    return not (job.state in STOP_ENDS and job.end_time is not None
+                and job.end_time > since + 2 * grace_s + 60.0)
 
 
 def maybe_sent(job: SlurmJob, sent_at: float) -> bool:
