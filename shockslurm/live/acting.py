@@ -34,13 +34,12 @@ log = logging.getLogger("shockslurm.live.cluster")
 
 STOP_POLL_S = 0.5
 # stderr of an action when slurmctld cannot be reached (or a CliBackend timeout): an outage.
-CONTROLLER_DOWN_RE = re.compile(
-    r"Unable to contact slurm controller|Socket timed out|Connection refused|"
-    r"Zero Bytes were transmitted|timed out after|Communication connection failure", re.I)
-# Of those, the ones after which the request may have reached slurmctld (a timeout, an answer
-# cut short): whether the action took effect is not known. The others never reached it.
-OUTCOME_UNKNOWN_RE = re.compile(r"Socket timed out|Zero Bytes were transmitted|timed out after",
-                                re.I)
+# Of those, the timeouts and answers cut short may have reached slurmctld (whether the action
+# took effect is not known: OUTCOME_UNKNOWN_RE); the others never reached it.
+_MAYBE_REACHED = r"Socket timed out|Zero Bytes were transmitted|timed out after"
+OUTCOME_UNKNOWN_RE = re.compile(_MAYBE_REACHED, re.I)
+CONTROLLER_DOWN_RE = re.compile(r"Unable to contact slurm controller|Connection refused|"
+                                rf"Communication connection failure|{_MAYBE_REACHED}", re.I)
 
 
 

@@ -1,11 +1,11 @@
 """`ThroughputWindow`: the samples/s a training loop reports, measured over its training time.
 
 The scheduler takes a job's reported rate as its speed at that batch size, so time that is not
-training is left out of the window: a checkpoint being written (`excluding`, the time of the
-write on the window's own clock) and the loop's own code between epochs (`idle`, at the next epoch's start:
-evaluation, LR schedulers). The window runs on over epochs otherwise, so epochs shorter than the
-report interval are reported too; a new batch size starts a new window (`reset`), so a rate is
-never of two batch sizes. A plain loop's window (`ShockTrainer` without `epochs()` or
+training is left out of the window: a checkpoint being written (`excluding`, the write's time
+on the window's own clock) and the loop's own code between epochs (`idle`, at the next epoch's
+start: evaluation, LR schedulers). The window runs on over epochs otherwise, so epochs shorter
+than the report interval are reported too; a new batch size starts a new window (`reset`), so a
+rate is never of two batch sizes. A plain loop's window (`ShockTrainer` without `epochs()` or
 `batches()`) begins at its first step, which is not counted: what came before it (the model and
 data set up, a checkpoint loaded, the first step's warm-up) is no training time. No torch here.
 """
