@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # shockslurm test cluster: a real Slurm 22.05 (Debian 12) on one host, for tests, CI and docker/.
 #
-#   testcluster.sh start    install Debian's Slurm when missing, configure, start (idempotent)
+#   testcluster.sh start    install Debian's Slurm when missing, configure, start (idempotent);
+#                           a cluster that was killed, not stopped, starts with an empty queue
 #   testcluster.sh install  only install Debian's Slurm and munge when missing (image builds)
 #   testcluster.sh stop     cancel every job, then stop the daemons this script started (by PID)
+#   testcluster.sh clear    cancel every job and wait for its end; the daemons keep running
 #   testcluster.sh status   daemons, nodes, queue
 #   testcluster.sh reset    stop, wipe job state, start again (job ids restart at 1)
 #
@@ -25,6 +27,10 @@
 #   node gets character devices (major 195, like nvidia) that nothing ever opens (task/none).
 # - Without slurmdbd, AccountingStorageTRES=gres/gpu is fatal: GPUs are read from tres_per_node.
 # - A node that once registered badly stays DRAIN: test nodes are disposable, so we resume them.
+# - slurmctld recovers the jobs it had saved when it was killed (not stopped): a killed test
+#   run's jobs would run again under the next run's tests and take their GPUs or preempt their
+#   jobs (seen in CI). A start that has to start slurmctld cancels what it recovered, and first
+#   kills the job scripts whose slurmstepd died with the cluster.
 # - Slurm binds its listening sockets to every address (INADDR_ANY) unless CommunicationParameters
 #   has NoCtldInAddrAny (slurmctld) and NoInAddrAny (slurmd, commands): then it binds the address
 #   this host's name resolves to. We set both when that address is loopback, so nothing listens
@@ -229,15 +235,37 @@ do_stop() {
   say "stopped"
 }
 
+kill_orphan_steps() { # job scripts (and their process groups) left by a killed slurmstepd
+  local p g groups=""
+  for p in $(pgrep -f -- "$DIR/spool/" || true); do
+    g=$(ps -o pgid= -p "$p" | tr -d ' ') && [ -n "$g" ] && groups="$groups $g"
+  done
+  [ -n "$groups" ] || return 0
+  say "killing the job scripts of a cluster that was killed, not stopped (process groups$groups)"
+  for g in $groups; do kill -9 -- "-$g" 2>/dev/null || true; done
+}
+
+cancel_recovered() { # the jobs slurmctld recovered from a cluster that was killed, not stopped
+  local ids; ids=$(squeue -h -o %i 2>/dev/null | sort -n | paste -sd' ' -)
+  [ -n "$ids" ] || return 0
+  say "cancelling jobs $ids, recovered from a cluster that was killed, not stopped"
+  cancel_all
+}
+
 do_start() {
   install_packages
   start_munge
   local changed; changed=$(write_config)
   if [ "$changed" = 1 ] && alive "$DIR/slurmctld.pid"; then
     say "configuration changed: restarting the Slurm daemons"
+    cancel_all
     stop_pids "$DIR"/slurmd-*.pid "$DIR/slurmctld.pid"
   fi
+  local fresh=0
+  alive "$DIR/slurmctld.pid" || fresh=1
+  [ "$fresh" = 0 ] || kill_orphan_steps
   start_slurm
+  [ "$fresh" = 0 ] || cancel_recovered
   say "ready: $NODES nodes x $GPUS GPUs on 127.0.0.1, state in $DIR ($(sinfo -V))"
 }
 
@@ -246,6 +274,7 @@ case "${1:-start}" in
   start) do_start ;;
   install) install_packages ;;
   stop) do_stop ;;
+  clear) cancel_all; say "queue empty" ;;
   reset)
     do_stop
     find "$DIR/state" -mindepth 1 -delete 2>/dev/null || true
@@ -255,5 +284,5 @@ case "${1:-start}" in
     for f in "$DIR"/*.pid; do [ -e "$f" ] && printf '%-20s %s\n' "$(basename "$f")" "$(alive "$f" && echo alive || echo dead)"; done
     sinfo -N -o '%N %T %G' 2>&1 || true
     squeue 2>&1 || true ;;
-  *) die "usage: $0 [start|stop|status|reset|install]" ;;
+  *) die "usage: $0 [start|stop|clear|status|reset|install]" ;;
 esac

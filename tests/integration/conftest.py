@@ -2,7 +2,9 @@
 
 The session fixture starts the project's cluster (`shockslurm/slurm/testcluster.sh`: Debian's
 slurm-wlm 22.05, 4 nodes x 8 fake GPUs on 127.0.0.1, our job_submit.lua) unless a controller
-already answers. It fails, never skips, when the cluster cannot be had: CI must exercise Slurm.
+already answers; a cluster that was running keeps its daemons but loses its jobs (an earlier
+run's jobs would take this run's GPUs). It fails, never skips, when the cluster cannot be had:
+CI must exercise Slurm.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ class SlurmTestCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmTestCluster:
-    if not controller_up():
-        result = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True,
-                                timeout=600, env={**os.environ})
-        if result.returncode != 0 or not controller_up():
-            pytest.fail(f"could not start the Slurm test cluster ({SCRIPT} start):\n"
-                        f"{result.stdout}\n{result.stderr}")
+    command = "clear" if controller_up() else "start"
+    result = subprocess.run(["bash", str(SCRIPT), command], capture_output=True, text=True,
+                            timeout=600, env={**os.environ})
+    if result.returncode != 0 or not controller_up():
+        pytest.fail(f"could not {command} the Slurm test cluster ({SCRIPT} {command}):\n"
+                    f"{result.stdout}\n{result.stderr}")
     info = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"], capture_output=True,
                           text=True, timeout=10).stdout.split("\n")
     rows = sorted({line.split()[0]: line for line in info if line.strip()}.values())
