@@ -58,6 +58,7 @@ def _runner(engine, b: Backend, at=lambda t: None, leader=None, **keys):
     runner = DaemonRunner(d, leader=leader)
     t = [cs.NOW]
     d.loop.clock = Clock(t)
+    runner.monotonic = lambda: t[0]          # no wall-clock step: both clocks move together
     runner._wake = FakeWake(t, at)           # type: ignore[assignment]
     polls: list[float] = []
     real = d.cluster.wants_early_round

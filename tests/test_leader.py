@@ -189,6 +189,49 @@ def test_a_leader_gone_standby_in_a_store_outage_reports_the_store_back(engine, 
     other.release()
 
 
+class UnreachableLock:
+    """A leader lock whose store can stop answering: `acquire` then raises."""
+
+    info = None
+
+    def __init__(self) -> None:
+        self.held, self.reachable = False, True
+
+    def still_held(self) -> bool:
+        return self.held
+
+    def acquire(self) -> bool:
+        if not self.reachable:
+            raise StoreUnavailable("the leader lock's query failed")
+        self.held = True
+        return True
+
+    def holder(self):
+        return None
+
+
+def test_a_store_outage_at_the_leader_lock_does_not_end_a_slurm_outage(engine, db, caplog):
+    """Slurm is down; then the lock is lost and the store does not answer its acquire. That
+    try read no Slurm: the Slurm outage goes on (it was logged over and its gauge cleared)."""
+    b = Backend([running(1), job(2, gpus=8)])
+    metrics = DaemonMetrics()
+    lock = UnreachableLock()
+    runner = DaemonRunner(daemon(engine, b, metrics=metrics), leader=lock)  # type: ignore[arg-type]
+    b.down = True
+    assert runner.attempt() == 1.0 and runner.slurm_down_since is not None
+    lock.held, lock.reachable = False, False
+    caplog.set_level(logging.INFO, logger="shockslurm.daemon")
+    assert runner.attempt() == runner.daemon.loop.round_s          # the store outage
+    slurm = {"what": "slurm"}
+    assert metrics.registry.get_sample_value("shockslurm_outage_active", slurm) == 1
+    assert runner.slurm_down_since is not None and runner.failures == 1
+    assert not [r for r in caplog.records if "answers again" in r.getMessage()]
+    lock.reachable, b.down = True, False
+    assert runner.attempt() is None
+    assert sum("answers again" in r.getMessage() for r in caplog.records) == 1
+    assert metrics.registry.get_sample_value("shockslurm_outage_active", slurm) == 0
+
+
 def test_a_leader_that_lost_its_lock_stops_before_the_next_action(engine, db, caplog):
     b = Backend([running(1), job(2, gpus=8), job(3, gpus=8)])
     lock = FileLeaderLock(db + ".leader")

@@ -29,20 +29,7 @@ Crash safety and outages (`DaemonRunner.run`):
   round of the leader's death. The lock is re-checked before every Slurm action (`may_act`):
   a leader that lost it stops at once. Transitions are logged; `shockslurm_leader` 1: leading.
 
-Event-driven rounds: GPUs a completion frees are filled at once, not a round later. While it
-waits for the next round, a leader whose last round ran asks the cluster every
-`event_poll_seconds` (`SlurmCluster.wants_early_round`: one `squeue --json` read) whether a job
-of the last plan finished while others of ours are pending; if so, the next round starts now.
-An early round is a normal round at the current time (the next one follows a whole round after
-it): policies that count rounds (Shockwave's window, `resolve_every`, the fairness series'
-weights) count it as one, and Shockwave re-solves on the completion anyway. A standby, a round
-cut short by an outage or a stale snapshot never polls; a failed read is "no event".
-
-Stop lead: a round that follows a round that ran starts `stop_lead_seconds` (at most half a
-round) before its boundary (one round after the previous boundary), so its stop signals go out
-early and the jobs it starts are RUNNING at the boundary, not a switch (about 1.5-3 s) after
-it. The boundaries keep their period; the first round, an early round and a retry start at
-once and are their own boundary (`DaemonRunner.boundary`).
+Pacing (`pacing`): event-driven early rounds, the stop lead, and waits on the monotonic clock.
 """
 
 from __future__ import annotations
@@ -64,6 +51,7 @@ from ..store import StoreError
 from ..store.leader import LeaderLock, LeadershipLost
 from .build import Daemon, build_daemon, churn_limits, open_store_waiting
 from .journal import RC_UNKNOWN, StoreJournal
+from .pacing import event_poll_s, round_boundary
 from .round_log import RoundLogger
 from .wakeup import Wakeup
 
@@ -75,9 +63,6 @@ __all__ = ["BACKENDS", "SETTINGS_KEYS", "DaemonConfig", "parse_config", "load_co
 
 OUTAGE_BACKOFF_START_S = 1.0
 OUTAGE_BACKOFF_MAX_S = 60.0
-# The event poll waits at least this many times its last read's duration: on a large queue
-# (a slow `squeue`) it backs off rather than spend more than 1/20 of the time reading Slurm.
-POLL_COST_FACTOR = 20.0
 
 # --------------------------------------------------------------------------- the process
 def keep_restart_keys(new: DaemonConfig, running: DaemonConfig) -> DaemonConfig:
@@ -231,7 +216,7 @@ class DaemonRunner:
         try:
             got = self.leader.acquire()
         except StoreError as exc:
-            return self._store_failed(exc)
+            return self._store_failed(exc, slurm_read=False)
         self._set_leading(got)
         if not got:
             self._store_back("this daemon stands by")   # it answered: no outage to report
@@ -295,7 +280,9 @@ class DaemonRunner:
             log.debug("Slurm still unavailable (%s); next try in %g s", exc, delay)
         return delay
 
-    def _store_failed(self, exc: Exception) -> float:
+    def _store_failed(self, exc: Exception, slurm_read: bool = True) -> float:
+        """A store outage; `slurm_read`: the attempt had read Slurm first (the round's reads
+        come before its store work), so a Slurm outage is over (not so for the leader lock)."""
         if self.store_down_since is None:
             self.store_down_since = self.monotonic()
             self._outage("store", True)
@@ -304,9 +291,10 @@ class DaemonRunner:
                       extra={"fields": {"event": "outage", "what": "store"}})
         else:
             log.debug("store still unavailable (%s)", exc)
-        self.failures = 0
-        if self.slurm_down_since is not None:
-            self._slurm_back()
+        if slurm_read:
+            self.failures = 0
+            if self.slurm_down_since is not None:
+                self._slurm_back()
         return self.daemon.loop.round_s
 
     def _slurm_back(self) -> None:
@@ -343,24 +331,25 @@ class DaemonRunner:
         while not self.stop_requested and not cluster.finished():
             if self.reload_requested:
                 self.reload()
-            start = loop.clock.now()
-            self.boundary = start if nominal is None else nominal
+            start, start_m = loop.clock.now(), self.monotonic()
+            self.boundary = round_boundary(nominal, start, self._lead_s(), loop.round_s)
             retry = self.attempt()
             rounds += 1
             if max_rounds is not None and rounds >= max_rounds:
                 break
-            nominal = self._wait_next(start, retry)
+            nominal = self._wait_next(start, start_m, retry)
         return rounds
 
     def _lead_s(self) -> float:
         """`stop_lead_seconds`, at most half a round."""
         return min(self.cfg.stop_lead_seconds, 0.5 * self.daemon.loop.round_s)
 
-    def _wait_next(self, start: float, retry: float | None) -> float | None:
+    def _wait_next(self, start: float, start_m: float, retry: float | None) -> float | None:
         """Wait until the next round is due: `stop_lead_seconds` before the next boundary
         (one round after this round's boundary) after a round that ran, `retry` seconds after
         `start` otherwise, or at once on an event (`wants_early_round`) or a stop request.
-        Returns the next round's boundary when it starts ahead of it, else None."""
+        Measured on the monotonic clock from `start_m` (the monotonic time at wall-clock time
+        `start`). Returns the next round's boundary when it starts ahead of it, else None."""
         loop, cluster = self.daemon.loop, self.daemon.cluster
         while not self.stop_requested:
             if self.reload_requested:
@@ -369,32 +358,24 @@ class DaemonRunner:
             nominal = cluster.next_round_start(self.boundary, loop.round_s) \
                 if retry is None else None
             end = nominal - self._lead_s() if nominal is not None else start + (retry or 0.0)
-            delay = end - loop.clock.now()
+            due = start_m + (end - start)
+            delay = due - self.monotonic()
             if delay <= 0:
                 return nominal
             self._wake.clear()
             if self.stop_requested or self.reload_requested:
                 continue
-            poll = self._event_poll_s(retry)
+            poll = event_poll_s(self.cfg.event_poll_seconds, retry, self.leading,
+                                self.poll_read_s)
             if poll is None:
                 self._wake.wait(delay)
                 continue
-            if self._wake.wait(min(delay, poll)) or end - loop.clock.now() <= 0:
+            if self._wake.wait(min(delay, poll)) or due - self.monotonic() <= 0:
                 continue
-            read_from = loop.clock.now()
+            read_from = self.monotonic()
             early = cluster.wants_early_round()
-            self.poll_read_s = loop.clock.now() - read_from
+            self.poll_read_s = self.monotonic() - read_from
             if early:
                 self.early_rounds += 1
                 return None
         return None
-
-    def _event_poll_s(self, retry: float | None) -> float | None:
-        """Seconds between event polls while waiting for the next round, or None for no poll:
-        polling is off (`event_poll_seconds = 0`), the last attempt did not run a round (a
-        standby, an outage, a stale snapshot: it waits out its delay); at least
-        `POLL_COST_FACTOR` times the last poll's read."""
-        poll = self.cfg.event_poll_seconds
-        if poll <= 0 or retry is not None or self.leading is False:
-            return None
-        return max(poll, POLL_COST_FACTOR * self.poll_read_s)
