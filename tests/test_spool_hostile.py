@@ -399,3 +399,24 @@ def test_a_missing_spool_is_said_once_until_it_exists(tmp_path, engine, caplog):
     assert sum(f"spool {spool} cannot be read (it does not exist)" in m
                for m in caplog.messages) == 1
     assert _samples(engine) == [7.0]
+
+
+def test_a_stored_report_swapped_for_a_directory_before_its_delete(tmp_path, engine, monkeypatch):
+    """A writer replaces its stored report with a directory between the commit and the
+    delete (`rm a.json; mkdir a.json`): the delete fails with IsADirectoryError, and the round
+    still refuses the bad file beside it (that error ended the round's clean-up)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "a-good.json").write_bytes(_good(100.0))
+    (spool / "b-bad.json").write_bytes(b"not json")
+    real = os.unlink
+
+    def racing(name, *, dir_fd=None):
+        if name == "a-good.json":
+            real(name, dir_fd=dir_fd)
+            os.mkdir(name, dir_fd=dir_fd)
+        return real(name, dir_fd=dir_fd)
+    monkeypatch.setattr(os, "unlink", racing)
+    assert ingest_spool(spool, engine) == 1
+    assert _samples(engine) == [100.0]
+    assert "b-bad.json" not in os.listdir(spool) and _reason(spool, "b-bad.json")

@@ -174,6 +174,9 @@ class SpoolIngest:
                 os.unlink(name, dir_fd=dir_fd)
             except FileNotFoundError:
                 pass
+            except OSError as exc:    # swapped for a directory since: refused next round
+                log.warning("spool: could not delete the stored report %r: %s", name,
+                            exc.strerror or exc)
         self._refuse_all(dir_fd, refused)
         return len(done)
 
