@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from shockslurm.daemon import RUNTIME_KEYS, DaemonRunner, build_daemon, load_config
+from shockslurm.daemon.pacing import event_poll_s
 from shockslurm.ops.keys import BY_NAME, DaemonConfig
 
 from .test_crash_safety import Backend, daemon
@@ -24,9 +25,9 @@ def _state(runner: DaemonRunner) -> tuple[Any, ...]:
     """What of the running daemon a reloadable key may change."""
     d = runner.daemon
     c = d.cluster
+    poll = event_poll_s(runner.cfg.event_poll_seconds, None, runner.leading, runner.poll_read_s)
     return (d.loop.round_s, c.round_s, c.grace_seconds, c.stop_timeout_s, c.churn,
-            c.max_snapshot_age_s, id(d.loop.policy), runner._event_poll_s(None), runner._lead_s(),
-            runner.cfg)
+            c.max_snapshot_age_s, id(d.loop.policy), poll, runner._lead_s(), runner.cfg)
 
 
 def _other(name: str, value: Any) -> Any:

@@ -236,9 +236,15 @@ do_stop() {
 }
 
 kill_orphan_steps() { # job scripts (and their process groups) left by a killed slurmstepd
-  local p g groups=""
-  for p in $(pgrep -f -- "$DIR/spool/" || true); do
-    g=$(ps -o pgid= -p "$p" | tr -d ' ') && [ -n "$g" ] && groups="$groups $g"
+  # only batch scripts of this root's spool (not another cluster's chroot or container, which
+  # may share the path), never this script's own group or init's; a script that `exec`ed
+  # another program no longer names the spool and is missed
+  local p g own groups=""
+  own=$(ps -o pgid= -p $$ | tr -d ' ')
+  for p in $(pgrep -f -- "^/bin/(ba)?sh $DIR/spool/[^ ]+/slurm_script" || true); do
+    [ /proc/$p/root -ef / ] || continue
+    g=$(ps -o pgid= -p "$p" | tr -d ' ') || continue
+    [ -n "$g" ] && [ "$g" -gt 1 ] && [ "$g" != "$own" ] && groups="$groups $g"
   done
   [ -n "$groups" ] || return 0
   say "killing the job scripts of a cluster that was killed, not stopped (process groups$groups)"
@@ -246,7 +252,7 @@ kill_orphan_steps() { # job scripts (and their process groups) left by a killed 
 }
 
 cancel_recovered() { # the jobs slurmctld recovered from a cluster that was killed, not stopped
-  local ids; ids=$(squeue -h -o %i 2>/dev/null | sort -n | paste -sd' ' -)
+  local ids; ids=$(squeue -h -o %i 2>/dev/null | sort -n | paste -sd' ' -) || ids=""
   [ -n "$ids" ] || return 0
   say "cancelling jobs $ids, recovered from a cluster that was killed, not stopped"
   cancel_all

@@ -3,8 +3,8 @@
 The session fixture starts the project's cluster (`shockslurm/slurm/testcluster.sh`: Debian's
 slurm-wlm 22.05, 4 nodes x 8 fake GPUs on 127.0.0.1, our job_submit.lua) unless a controller
 already answers; a cluster that was running keeps its daemons but loses its jobs (an earlier
-run's jobs would take this run's GPUs). It fails, never skips, when the cluster cannot be had:
-CI must exercise Slurm.
+run's jobs would take this run's GPUs; the script needs root, so a run as another user keeps
+them). It fails, never skips, when the cluster cannot be had: CI must exercise Slurm.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ class SlurmTestCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> SlurmTestCluster:
-    command = "clear" if controller_up() else "start"
+    up = controller_up()
+    command = "start" if not up else "clear" if os.geteuid() == 0 else ""
     result = subprocess.run(["bash", str(SCRIPT), command], capture_output=True, text=True,
-                            timeout=600, env={**os.environ})
-    if result.returncode != 0 or not controller_up():
+                            timeout=600, env={**os.environ}) if command else None
+    if result is not None and (result.returncode != 0 or not controller_up()):
         pytest.fail(f"could not {command} the Slurm test cluster ({SCRIPT} {command}):\n"
                     f"{result.stdout}\n{result.stderr}")
     info = subprocess.run(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%N %G"], capture_output=True,
